@@ -1,0 +1,35 @@
+# Magnetar. `make run` starts a standalone broker; `make test` installs what
+# the tests need, starts the test services and runs every test.
+
+GO      ?= go
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+.PHONY: build run test bench lint clean
+
+## build: compile bin/magnetar
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/magnetar ./cmd/magnetar
+
+## run: build, then run `magnetar standalone` with data in ./data
+run: build
+	./bin/magnetar standalone --data-dir ./data
+
+## test: install test dependencies (apt, as root), start ZooKeeper, lint, run every test with -race
+test:
+	scripts/test.sh test
+
+## bench: like test, but run every benchmark (output also in bench.out)
+bench:
+	scripts/test.sh bench
+
+## lint: gofmt (must list nothing) and go vet
+lint:
+	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*' -not -path '*/node_modules/*')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+## clean: remove build output (not ./data)
+clean:
+	rm -rf bin bench.out

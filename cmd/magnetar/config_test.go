@@ -1,0 +1,404 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clearEnv unsets every MAGNETAR_* setting variable for the test, so the
+// developer's environment cannot leak in.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, list := range [][]setting{globalSettings, standaloneSettings} {
+		for _, s := range list {
+			t.Setenv(s.env(), "")
+		}
+	}
+}
+
+// inProcess runs the command line args through the real command tree,
+// with the standalone server replaced by a recorder.
+type inProcess struct {
+	code           int
+	stdout, stderr string
+	cfg            *standaloneConfig // set if standalone would have run
+	app            *app
+}
+
+func run(t *testing.T, args ...string) inProcess {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	a := newApp(&stdout, &stderr)
+	var res inProcess
+	a.runStandalone = func(cfg standaloneConfig) error {
+		res.cfg = &cfg
+		return nil
+	}
+	res.code = execute(a, args)
+	res.stdout, res.stderr, res.app = stdout.String(), stderr.String(), a
+	return res
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// loggerLevel names the lowest level the logger prints.
+func loggerLevel(l *slog.Logger) string {
+	for _, lv := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn} {
+		if l.Enabled(context.Background(), lv) {
+			return strings.ToLower(lv.String())
+		}
+	}
+	return "error"
+}
+
+// TestPrecedence proves flag > environment > config file > default, for a
+// standalone key and a global one, over every combination of sources.
+func TestPrecedence(t *testing.T) {
+	keys := []struct {
+		name                 string
+		def, file, env, flag string
+		got                  func(inProcess) string
+	}{
+		{"http-listen", "0.0.0.0:8080", "127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1003",
+			func(r inProcess) string { return r.cfg.HTTPListen }},
+		{"zk-session-timeout", "30s", "11s", "12s", "13s",
+			func(r inProcess) string { return r.cfg.ZKSessionTimeout.String() }},
+		{"log-level", "info", "warn", "error", "debug",
+			func(r inProcess) string { return loggerLevel(r.app.logger) }},
+	}
+	for _, k := range keys {
+		env := lookupSettingAll(k.name).env()
+		for mask := 0; mask < 8; mask++ {
+			useFile, useEnv, useFlag := mask&1 != 0, mask&2 != 0, mask&4 != 0
+			name := k.name + "/" + strings.Join(filterTrue(map[string]bool{"file": useFile, "env": useEnv, "flag": useFlag}), "+")
+			t.Run(name, func(t *testing.T) {
+				clearEnv(t)
+				args := []string{"standalone"}
+				want := k.def
+				if useFile {
+					args = append(args, "--config", writeFile(t, "m.yaml", k.name+": "+k.file+"\n"))
+					want = k.file
+				}
+				if useEnv {
+					t.Setenv(env, k.env)
+					want = k.env
+				}
+				if useFlag {
+					args = append(args, "--"+k.name, k.flag)
+					want = k.flag
+				}
+				r := run(t, args...)
+				if r.code != 0 || r.cfg == nil {
+					t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+				}
+				if got := k.got(r); got != want {
+					t.Errorf("%s = %q, want %q", k.name, got, want)
+				}
+			})
+		}
+	}
+}
+
+func filterTrue(m map[string]bool) []string {
+	var out []string
+	for _, k := range []string{"file", "env", "flag"} {
+		if m[k] {
+			out = append(out, k)
+		}
+	}
+	if out == nil {
+		return []string{"default"}
+	}
+	return out
+}
+
+func lookupSettingAll(name string) setting {
+	for _, list := range [][]setting{globalSettings, standaloneSettings} {
+		for _, s := range list {
+			if s.name == name {
+				return s
+			}
+		}
+	}
+	panic(name)
+}
+
+// TestConfigFileFromEnv: MAGNETAR_CONFIG names the file; --config wins.
+func TestConfigFileFromEnv(t *testing.T) {
+	clearEnv(t)
+	envFile := writeFile(t, "env.yaml", "data-dir: /from/env-file\n")
+	flagFile := writeFile(t, "flag.yaml", "data-dir: /from/flag-file\n")
+	t.Setenv("MAGNETAR_CONFIG", envFile)
+	if r := run(t, "standalone"); r.code != 0 || r.cfg.DataDir != "/from/env-file" {
+		t.Fatalf("with MAGNETAR_CONFIG: exit %d, cfg %+v, stderr %s", r.code, r.cfg, r.stderr)
+	}
+	if r := run(t, "standalone", "--config", flagFile); r.code != 0 || r.cfg.DataDir != "/from/flag-file" {
+		t.Fatalf("with --config and MAGNETAR_CONFIG: exit %d, cfg %+v, stderr %s", r.code, r.cfg, r.stderr)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	clearEnv(t)
+	r := run(t, "standalone")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	want := standaloneConfig{
+		DataDir:          "./data",
+		PulsarListen:     "0.0.0.0:6650",
+		KafkaListen:      "0.0.0.0:9092",
+		HTTPListen:       "0.0.0.0:8080",
+		MetadataStore:    metadataStoreURL{Kind: "local"},
+		ZKSessionTimeout: 30 * time.Second,
+	}
+	if !equalConfig(*r.cfg, want) {
+		t.Errorf("defaults = %+v, want %+v", *r.cfg, want)
+	}
+	if lv := loggerLevel(r.app.logger); lv != "info" {
+		t.Errorf("default log level %s, want info", lv)
+	}
+}
+
+func equalConfig(a, b standaloneConfig) bool {
+	return a.DataDir == b.DataDir && a.PulsarListen == b.PulsarListen && a.KafkaListen == b.KafkaListen &&
+		a.HTTPListen == b.HTTPListen && a.AdvertisedHost == b.AdvertisedHost &&
+		a.MetadataStore.String() == b.MetadataStore.String() && a.ZKSessionTimeout == b.ZKSessionTimeout
+}
+
+// TestInvalidInvocations: each mistake exits 2 with a message that names
+// the setting, the value and where it came from.
+func TestInvalidInvocations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string // config file content; passed with --config
+		want []string
+	}{
+		{name: "log level", args: []string{"standalone", "--log-level", "loud"},
+			want: []string{`invalid log-level "loud" (from flag --log-level): want debug, info, warn or error`}},
+		{name: "log format", args: []string{"version", "--log-format", "xml"},
+			want: []string{`invalid log-format "xml"`, "want text or json"}},
+		{name: "listen from env", args: []string{"standalone"}, env: map[string]string{"MAGNETAR_HTTP_LISTEN": "localhost"},
+			want: []string{`invalid http-listen "localhost" (from environment MAGNETAR_HTTP_LISTEN): want host:port`, "missing port"}},
+		{name: "listen port from file", args: []string{"standalone"}, file: "pulsar-listen: 1.2.3.4:99999\n",
+			want: []string{`invalid pulsar-listen "1.2.3.4:99999" (from config file `, `port "99999" is not a number from 0 to 65535`}},
+		{name: "listen host", args: []string{"standalone", "--kafka-listen", "bad host!:9092"},
+			want: []string{`host "bad host!" is not an IP address or host name`}},
+		{name: "metadata store kind", args: []string{"standalone", "--metadata-store", "etcd:foo"},
+			want: []string{`invalid metadata-store "etcd:foo"`, `unknown kind "etcd"`, "zk:HOST:PORT"}},
+		{name: "metadata store zk//", args: []string{"standalone", "--metadata-store", "zk://h:2181"},
+			want: []string{"without //"}},
+		{name: "metadata store chroot", args: []string{"standalone", "--metadata-store", "zk:h:2181/a//b"},
+			want: []string{"chroot", "invalid path"}},
+		{name: "session timeout", args: []string{"standalone", "--zk-session-timeout", "30"},
+			want: []string{`invalid zk-session-timeout "30"`, "want a duration"}},
+		{name: "advertised host with port", args: []string{"standalone", "--advertised-host", "h:6650"},
+			want: []string{"without a port"}},
+		{name: "empty data dir", args: []string{"standalone", "--data-dir", ""},
+			want: []string{"invalid data-dir", "must not be empty"}},
+		{name: "unknown flag", args: []string{"standalone", "--data-directory", "x"},
+			want: []string{"unknown flag: --data-directory"}},
+		{name: "extra argument", args: []string{"standalone", "now"},
+			want: []string{`unknown command "now"`}},
+		{name: "unknown command", args: []string{"brokr"},
+			want: []string{`unknown command "brokr"`}},
+		{name: "missing config file", args: []string{"standalone", "--config", "/nonexistent/magnetar.yaml"},
+			want: []string{"config file /nonexistent/magnetar.yaml does not exist"}},
+		{name: "unknown config key", args: []string{"standalone"}, file: "data-dir: /x\ndata-dirr: /y\n",
+			want: []string{`unknown key "data-dirr"`, "known keys: advertised-host, data-dir"}},
+		{name: "nested config key", args: []string{"standalone"}, file: "data-dir:\n  path: /x\n",
+			want: []string{`unknown key "data-dir.path"`}},
+		{name: "config key without value", args: []string{"standalone"}, file: "data-dir:\n",
+			want: []string{`key "data-dir" has no value`}},
+		{name: "config key with list", args: []string{"standalone"}, file: "data-dir: [a, b]\n",
+			want: []string{`key "data-dir": want a single value`}},
+		{name: "config not YAML", args: []string{"standalone"}, file: "data-dir: [\n",
+			want: []string{"config file "}},
+		{name: "config key --config", args: []string{"standalone"}, file: "config: other.yaml\n",
+			want: []string{`unknown key "config"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			args := tc.args
+			if tc.file != "" {
+				args = append(args, "--config", writeFile(t, "m.yaml", tc.file))
+			}
+			r := run(t, args...)
+			if r.code != exitUsage {
+				t.Errorf("exit code %d, want %d (usage)", r.code, exitUsage)
+			}
+			if r.cfg != nil {
+				t.Errorf("standalone ran with %+v", *r.cfg)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
+			if !strings.Contains(r.stderr, "--help' for usage") {
+				t.Errorf("stderr lacks the --help hint:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestRuntimeErrorExitCode: failures of the running server exit 1 and
+// print no usage hint.
+func TestRuntimeErrorExitCode(t *testing.T) {
+	clearEnv(t)
+	var stdout, stderr bytes.Buffer
+	a := newApp(&stdout, &stderr)
+	a.runStandalone = func(standaloneConfig) error { return runtimeError(os.ErrPermission) }
+	if code := execute(a, []string{"standalone"}); code != exitRuntime {
+		t.Fatalf("exit code %d, want %d", code, exitRuntime)
+	}
+	if got := stderr.String(); !strings.Contains(got, "magnetar standalone: permission denied") || strings.Contains(got, "--help") {
+		t.Errorf("stderr = %q", got)
+	}
+}
+
+// commandPaths lists every command's path below the root, root first.
+func commandPaths() [][]string {
+	root := newRootCommand(newApp(&bytes.Buffer{}, &bytes.Buffer{}))
+	paths := [][]string{nil}
+	for _, c := range root.Commands() {
+		if c.Name() != "help" {
+			paths = append(paths, []string{c.Name()})
+		}
+	}
+	return paths
+}
+
+// TestHelpListsEverySetting: --help of every command shows each of its
+// settings with its environment variable, and its default.
+func TestHelpListsEverySetting(t *testing.T) {
+	clearEnv(t)
+	paths := commandPaths()
+	if len(paths) < 3 {
+		t.Fatalf("commands = %v, want at least root, standalone, version", paths)
+	}
+	for _, path := range paths {
+		t.Run("magnetar "+strings.Join(path, " "), func(t *testing.T) {
+			r := run(t, append(path, "--help")...)
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			root := newRootCommand(r.app)
+			cmd, _, err := root.Find(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := r.app.settingsOf(cmd)
+			if len(path) > 0 && path[0] == "standalone" && len(list) != len(globalSettings)+len(standaloneSettings) {
+				t.Fatalf("standalone has %d settings, want %d", len(list), len(globalSettings)+len(standaloneSettings))
+			}
+			for _, s := range list {
+				for _, w := range []string{"--" + s.name + " ", s.env()} {
+					if !strings.Contains(r.stdout, w) {
+						t.Errorf("--help lacks %q:\n%s", w, r.stdout)
+					}
+				}
+				if s.def != "" && !strings.Contains(r.stdout, "(default "+s.def+")") {
+					t.Errorf("--help lacks the default of --%s (%s)", s.name, s.def)
+				}
+			}
+		})
+	}
+}
+
+func repoFile(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestConfigurationDocs: docs/configuration.md has a table row for every
+// key with its environment variable and default.
+func TestConfigurationDocs(t *testing.T) {
+	doc := repoFile(t, "docs/configuration.md")
+	rows := map[string]string{}
+	for _, line := range strings.Split(doc, "\n") {
+		if m := regexp.MustCompile("^\\| `([a-z-]+)` \\|").FindStringSubmatch(line); m != nil {
+			rows[m[1]] = line
+		}
+	}
+	for _, list := range [][]setting{globalSettings, standaloneSettings} {
+		for _, s := range list {
+			row, ok := rows[s.name]
+			if !ok {
+				t.Errorf("docs/configuration.md has no table row for %s", s.name)
+				continue
+			}
+			if !strings.Contains(row, "`"+s.env()+"`") {
+				t.Errorf("docs/configuration.md row of %s lacks `%s`", s.name, s.env())
+			}
+			if s.def != "" && !strings.Contains(row, "`"+s.def+"`") {
+				t.Errorf("docs/configuration.md row of %s lacks its default `%s`", s.name, s.def)
+			}
+		}
+	}
+	for name := range rows {
+		if _, ok := fileKeys()[name]; !ok && name != "config" {
+			t.Errorf("docs/configuration.md documents %s, which is no setting", name)
+		}
+	}
+}
+
+// TestExampleConfig: magnetar.example.yaml holds every file key, commented
+// out at its default; uncommented, it is a valid file that changes nothing.
+func TestExampleConfig(t *testing.T) {
+	clearEnv(t)
+	example := repoFile(t, "magnetar.example.yaml")
+	keyLine := regexp.MustCompile(`^#([a-z][a-z-]*):(.*)$`)
+	var uncommented strings.Builder
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(example))
+	for sc.Scan() {
+		if m := keyLine.FindStringSubmatch(sc.Text()); m != nil {
+			seen[m[1]] = true
+			uncommented.WriteString(m[1] + ":" + m[2] + "\n")
+		}
+	}
+	for k := range fileKeys() {
+		if !seen[k] {
+			t.Errorf("magnetar.example.yaml lacks #%s:", k)
+		}
+	}
+	// As shipped (all commented out), and uncommented: both equal the defaults.
+	plain := run(t, "standalone", "--config", "../../magnetar.example.yaml")
+	full := run(t, "standalone", "--config", writeFile(t, "full.yaml", uncommented.String()))
+	def := run(t, "standalone")
+	for _, r := range []inProcess{plain, full, def} {
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+	}
+	if !equalConfig(*full.cfg, *def.cfg) || !equalConfig(*plain.cfg, *def.cfg) {
+		t.Errorf("example config gives %+v (uncommented) and %+v (as is), defaults are %+v", *full.cfg, *plain.cfg, *def.cfg)
+	}
+	if loggerLevel(full.app.logger) != "info" {
+		t.Errorf("uncommented example sets log level %s, want info", loggerLevel(full.app.logger))
+	}
+}

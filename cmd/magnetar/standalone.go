@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/magnetar-io/magnetar/meta"
+	"github.com/magnetar-io/magnetar/protocol/admin"
+)
+
+// Shutdown budget: the whole shutdown fits in shutdownTimeout, leaving
+// margin under the 10 s an orchestrator typically waits before SIGKILL.
+// HTTP connections get at most httpDrainTimeout of it, so closing the
+// metadata store keeps the rest.
+const (
+	shutdownTimeout  = 9 * time.Second
+	httpDrainTimeout = 5 * time.Second
+)
+
+// standaloneConfig is the checked configuration of `magnetar standalone`.
+type standaloneConfig struct {
+	DataDir          string
+	PulsarListen     string // host:port; checked, not served yet
+	KafkaListen      string // host:port; checked, not served yet
+	HTTPListen       string // host:port
+	AdvertisedHost   string // "" means: per listener (see advertisedHost)
+	MetadataStore    metadataStoreURL
+	ZKSessionTimeout time.Duration
+}
+
+func newStandaloneCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "standalone",
+		Short: "Run Magnetar in one process, with all its data in one directory",
+		Long: `Run Magnetar in one process, with all data under --data-dir.
+
+Serves HTTP on --http-listen: GET /status (200 while serving) and
+GET /metrics (Prometheus). The Pulsar and Kafka listen addresses are checked
+but those protocols are not served yet.
+
+Stops on SIGTERM or SIGINT: stops accepting, finishes requests in flight,
+closes the metadata store and exits 0 within 10 seconds. A second signal
+exits at once with code 1.
+` + configHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolveStandalone(a.vals)
+			if err != nil {
+				return err
+			}
+			return a.runStandalone(cfg)
+		},
+	}
+	a.addSettings(cmd, standaloneSettings)
+	return cmd
+}
+
+// resolveStandalone checks the merged settings of standalone.
+func resolveStandalone(sv *settingValues) (standaloneConfig, error) {
+	var cfg standaloneConfig
+	var err error
+	s := func(name string) setting { return lookupSetting(standaloneSettings, name) }
+	nonEmpty := func(v string) (string, error) {
+		if v == "" {
+			return "", errors.New("must not be empty")
+		}
+		return v, nil
+	}
+	if cfg.DataDir, err = check(sv, s("data-dir"), nonEmpty); err != nil {
+		return cfg, err
+	}
+	if cfg.PulsarListen, err = check(sv, s("pulsar-listen"), parseListen); err != nil {
+		return cfg, err
+	}
+	if cfg.KafkaListen, err = check(sv, s("kafka-listen"), parseListen); err != nil {
+		return cfg, err
+	}
+	if cfg.HTTPListen, err = check(sv, s("http-listen"), parseListen); err != nil {
+		return cfg, err
+	}
+	if cfg.AdvertisedHost, err = check(sv, s("advertised-host"), parseAdvertisedHost); err != nil {
+		return cfg, err
+	}
+	if cfg.MetadataStore, err = check(sv, s("metadata-store"), parseMetadataStore); err != nil {
+		return cfg, err
+	}
+	if cfg.ZKSessionTimeout, err = check(sv, s("zk-session-timeout"), parsePositiveDuration); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func parsePositiveDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New("want a duration such as 30s or 1m")
+	}
+	if d <= 0 {
+		return 0, errors.New("must be positive")
+	}
+	return d, nil
+}
+
+// standalone runs `magnetar standalone` until a signal stops it.
+func (a *app) standalone(cfg standaloneConfig) error {
+	sigs, stopSignals := a.notify()
+	defer stopSignals()
+	log := a.logger
+
+	// A signal during startup cancels it (connecting to ZooKeeper can take
+	// a while) and the process exits 0 without serving.
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	defer cancelStart()
+	var startSignal os.Signal
+	watching, stopWatching := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watching)
+		select {
+		case startSignal = <-sigs:
+			cancelStart()
+		case <-stopWatching:
+		}
+	}()
+	s, err := startStandalone(startCtx, cfg, log, a.hostname)
+	close(stopWatching)
+	<-watching
+	if startSignal != nil {
+		log.Info("signal during startup; stopping", "signal", startSignal.String())
+		switch {
+		case err == nil:
+			ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			return runtimeError(s.shutdown(ctx))
+		case errors.Is(err, context.Canceled):
+			return nil // startup cut short, as asked
+		}
+	}
+	if err != nil {
+		return runtimeError(err)
+	}
+	s.logReady()
+	return runtimeError(awaitShutdown(log, sigs, s.served, s.shutdown, shutdownTimeout))
+}
+
+// runningStandalone is a started standalone server.
+type runningStandalone struct {
+	cfg    standaloneConfig
+	log    *slog.Logger
+	store  meta.Store
+	http   *admin.Server
+	served chan error // receives Serve's result
+
+	pulsarAdvertised, kafkaAdvertised string
+}
+
+// startStandalone checks the data dir, opens the metadata store and every
+// listener, and starts serving. On error it closes what it opened.
+func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger, hostname func() (string, error)) (_ *runningStandalone, err error) {
+	s := &runningStandalone{cfg: cfg, log: log, served: make(chan error, 1)}
+	pulsarHost, err := advertisedHost(cfg.AdvertisedHost, cfg.PulsarListen, hostname)
+	if err != nil {
+		return nil, fmt.Errorf("pulsar listener: %w", err)
+	}
+	kafkaHost, err := advertisedHost(cfg.AdvertisedHost, cfg.KafkaListen, hostname)
+	if err != nil {
+		return nil, fmt.Errorf("kafka listener: %w", err)
+	}
+	s.pulsarAdvertised = advertisedAddr(pulsarHost, cfg.PulsarListen)
+	s.kafkaAdvertised = advertisedAddr(kafkaHost, cfg.KafkaListen)
+
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+
+	// Listeners before the store: a busy port is the likeliest mistake and
+	// should not wait for a ZooKeeper connection.
+	httpLn, err := listen("http", cfg.HTTPListen)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			httpLn.Close()
+		}
+	}()
+
+	s.store, err = openMetadataStore(ctx, cfg.MetadataStore, cfg.DataDir, cfg.ZKSessionTimeout, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.store.Close()
+		}
+	}()
+
+	s.http, err = admin.New(admin.Config{
+		Listener: httpLn,
+		Gatherer: newMetricsRegistry(currentBuild()),
+		Logger:   log.With("component", "http"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() { s.served <- s.http.Serve() }()
+	return s, nil
+}
+
+// logReady logs the one line that says the server is up, what it serves
+// and what it advertises.
+func (s *runningStandalone) logReady() {
+	s.log.Info("magnetar standalone ready",
+		"serving", "http",
+		"not-serving-yet", "pulsar,kafka",
+		"http", boundAddr(s.cfg.HTTPListen, s.http.Addr()),
+		"pulsar-advertised", s.pulsarAdvertised,
+		"kafka-advertised", s.kafkaAdvertised,
+		"data-dir", s.cfg.DataDir,
+		"metadata-store", s.metadataStore(),
+		"version", currentBuild().Version,
+	)
+}
+
+// metadataStore describes the store in use, with a local store's
+// directory filled in.
+func (s *runningStandalone) metadataStore() string {
+	m := s.cfg.MetadataStore
+	if m.Kind == "local" {
+		m.Dir = m.localDir(s.cfg.DataDir)
+	}
+	return m.String()
+}
+
+// shutdown drains HTTP, then closes the metadata store, all within ctx.
+func (s *runningStandalone) shutdown(ctx context.Context) error {
+	drainCtx, cancel := context.WithTimeout(ctx, httpDrainTimeout)
+	defer cancel()
+	httpErr := s.http.Shutdown(drainCtx)
+	if httpErr != nil {
+		s.log.Warn("http connections did not drain in time; closed them", "err", httpErr)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.store.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			return errors.Join(httpErr, fmt.Errorf("closing metadata store: %w", err))
+		}
+	case <-ctx.Done():
+		return errors.Join(httpErr, fmt.Errorf("closing metadata store: %w", ctx.Err()))
+	}
+	return httpErr
+}
+
+// prepareDataDir creates dir if needed and checks that files can be
+// created and removed in it.
+func prepareDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("data dir %s: cannot create it: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("data dir %s: not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("data dir %s: not writable: %w", dir, err)
+	}
+	return nil
+}
+
+// newMetricsRegistry returns the registry /metrics serves: Go runtime and
+// process metrics and magnetar_build_info.
+func newMetricsRegistry(b buildInfo) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "magnetar_build_info",
+		Help: "Always 1; the labels identify the running build.",
+		ConstLabels: prometheus.Labels{
+			"version":    b.Version,
+			"commit":     b.Commit,
+			"go_version": b.GoVersion,
+		},
+	})
+	buildInfo.Set(1)
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo,
+	)
+	return reg
+}
