@@ -1,0 +1,48 @@
+package entry
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	h := Header{Ledger: 7, Entry: 42, LAC: 41, Length: 1 << 40}
+	b := Encode([]byte("prefix"), h, []byte("hello"))
+	b = b[len("prefix"):]
+	got, err := Verify(b)
+	if err != nil || got != h || !bytes.Equal(Payload(b), []byte("hello")) {
+		t.Fatalf("Verify = %+v, %v; payload %q", got, err, Payload(b))
+	}
+	none := Encode(nil, Header{Ledger: 1, LAC: -1}, nil)
+	if got, err := Verify(none); err != nil || got.LAC != -1 || len(Payload(none)) != 0 {
+		t.Fatalf("empty payload: %+v %v", got, err)
+	}
+}
+
+func TestCorruptionDetected(t *testing.T) {
+	b := Encode(nil, Header{Ledger: 1, Entry: 2, LAC: 1, Length: 5}, []byte("hello"))
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x40
+		if _, err := Verify(c); !errors.Is(err, ErrChecksum) {
+			t.Fatalf("flipping byte %d: %v", i, err)
+		}
+	}
+	if _, err := Verify(b[:HeaderSize-1]); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("short entry: %v", err)
+	}
+	if _, err := Verify(make([]byte, MaxSize+1)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("oversized entry: %v", err)
+	}
+}
+
+func FuzzVerify(f *testing.F) {
+	f.Add(Encode(nil, Header{Ledger: 1, Entry: 2, LAC: 1, Length: 3}, []byte("abc")))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := Verify(b)
+		if err == nil && !bytes.Equal(Encode(nil, h, Payload(b)), b) {
+			t.Fatalf("verified entry does not re-encode to itself")
+		}
+	})
+}

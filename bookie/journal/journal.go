@@ -1,0 +1,486 @@
+// Package journal is the bookie's write-ahead log. An add is acknowledged only
+// after its journal record is fsync'd; group commit gathers concurrent appends
+// into one write and one fsync.
+//
+// # Files (on-disk format)
+//
+// A journal is a directory of files named <number>.jnl, the number being 16
+// lowercase hex digits, increasing. Each run of the journal appends to a new
+// file and never to one from an earlier run, whose tail may be torn. Every
+// file starts with an 8-byte header, followed by records back to back:
+//
+//	file header (8 bytes):
+//	+-----------------+------------+-------------------+
+//	| magic "MGJNL"   | version u8 | reserved 2 bytes  |
+//	| 5 bytes         | = 1        | = 0               |
+//	+-----------------+------------+-------------------+
+//
+//	record (9-byte header + body):
+//	+---------+------------+---------+-------------------+
+//	| crc u32 | length u32 | type u8 | body (length)     |
+//	+---------+------------+---------+-------------------+
+//
+// Integers are big-endian. crc is CRC-32C (Castagnoli) over length, type and
+// body. type is the caller's record type and is never 0, so a zeroed
+// (preallocated, or unwritten after a crash) region never reads as a record.
+// length is at most MaxRecordSize. These constants (fileMagic, formatVersion,
+// fileHeaderSize, recordHeaderSize, MaxRecordSize) are an on-disk format.
+//
+// A Position is (file number, byte offset). Append reports a record's end
+// position, the offset just after it; a checkpoint that covers every record
+// up to an end position passes it to Open (replay from there) and to Release
+// (delete the files it covers).
+//
+// # Recovery
+//
+// Open reads the files in order. The first damaged record of a file (cut
+// short, checksum mismatch, type 0, length over MaxRecordSize, or an all-zero
+// header) ends that file. In the last file that is the torn tail of a crash:
+// it is logged at warn level and cut off (the file is truncated, so later runs
+// do not see it again). In an earlier file it is corruption: it is logged at
+// error level, the rest of that file is skipped, and replay goes on with the
+// next file. Neither is fatal.
+//
+// The directory also holds a LOCK file: one Journal uses a directory at a
+// time.
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Errors passed to done callbacks and returned by Close. They are wrapped:
+// check with errors.Is.
+var (
+	// ErrClosed: the journal was closed before the append.
+	ErrClosed = errors.New("journal: closed")
+	// ErrTooLarge: the body exceeds MaxRecordSize.
+	ErrTooLarge = errors.New("journal: record too large")
+	// ErrFailed: a write, fsync or file creation failed earlier; the journal
+	// accepts nothing more. The error also wraps the underlying I/O error.
+	ErrFailed = errors.New("journal: failed")
+	// ErrInvalidType: the record type is 0, which the format reserves.
+	ErrInvalidType = errors.New("journal: record type 0 is reserved")
+)
+
+// CorruptionError reports damaged journal data and where it was found. It is
+// distinct from I/O errors: corruption found during recovery is logged and
+// skipped (see the package comment), never fatal.
+type CorruptionError struct {
+	File   string // path of the journal file
+	Offset int64  // byte offset of the damaged record or header
+	Reason string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("journal: corruption in %s at offset %d: %s", e.File, e.Offset, e.Reason)
+}
+
+// Options configure Open. Zero values take the defaults.
+type Options struct {
+	// FS is the filesystem; default vfs.Default.
+	FS vfs.FS
+	// Dir is the journal directory (required; created if missing).
+	Dir string
+	// MaxGroupBytes closes a group once its records reach this many bytes
+	// (record headers included); default 512 KiB. One record larger than
+	// this forms a group on its own.
+	MaxGroupBytes int
+	// MaxGroupWait is the longest a group gathers records after the writer
+	// took its first one; default 1 ms. It only matters with
+	// NoFlushWhenQueueEmpty.
+	MaxGroupWait time.Duration
+	// NoFlushWhenQueueEmpty keeps a group gathering, when no more appends are
+	// queued, until it reaches MaxGroupBytes or MaxGroupWait has passed. The
+	// default (false) flushes as soon as the queue is empty: lowest latency,
+	// and under load groups still grow, since appends queue up while the
+	// previous group is being synced.
+	NoFlushWhenQueueEmpty bool
+	// MaxFileSize starts a new journal file once the current one is larger;
+	// default 512 MiB.
+	MaxFileSize int64
+	// NoSync skips the per-group fsync: throughput tests only. A machine
+	// crash or power loss then loses acknowledged records. (New files, the
+	// directory, and a file being rotated away from are still synced.)
+	NoSync bool
+	// QueueSize is how many appends may wait for the writer before Append
+	// blocks; default 10,000.
+	QueueSize int
+	// Logger gets recovery and failure reports; default slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	defaultMaxGroupBytes = 512 << 10
+	defaultMaxGroupWait  = time.Millisecond
+	defaultMaxFileSize   = 512 << 20
+	defaultQueueSize     = 10_000
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, errors.New("journal: Options.Dir is required")
+	}
+	if o.MaxGroupBytes < 0 || o.MaxGroupWait < 0 || o.MaxFileSize < 0 || o.QueueSize < 0 {
+		return o, fmt.Errorf("journal: negative option (MaxGroupBytes %d, MaxGroupWait %v, MaxFileSize %d, QueueSize %d)",
+			o.MaxGroupBytes, o.MaxGroupWait, o.MaxFileSize, o.QueueSize)
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.MaxGroupBytes == 0 {
+		o.MaxGroupBytes = defaultMaxGroupBytes
+	}
+	if o.MaxGroupWait == 0 {
+		o.MaxGroupWait = defaultMaxGroupWait
+	}
+	if o.MaxFileSize == 0 {
+		o.MaxFileSize = defaultMaxFileSize
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = defaultQueueSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// Position is a place in the journal: a file number and a byte offset in it.
+// Positions order by (File, Offset).
+type Position struct {
+	File   uint64
+	Offset int64
+}
+
+// Less reports whether p comes before q.
+func (p Position) Less(q Position) bool {
+	return p.File < q.File || p.File == q.File && p.Offset < q.Offset
+}
+
+// String formats p as file:offset, for logs.
+func (p Position) String() string { return fmt.Sprintf("%d:%d", p.File, p.Offset) }
+
+// request is one queued append.
+type request struct {
+	typ  byte
+	body []byte
+	done func(Position, error)
+}
+
+// Journal is an open journal. Its methods are safe for concurrent use.
+type Journal struct {
+	opts Options
+	fs   vfs.FS
+	log  *slog.Logger
+	lock io.Closer // the directory lock, held until Close
+
+	// mu guards the queue between appenders and the writer. Invariant: the
+	// queue is FIFO, the writer takes from its head only, and Append puts at
+	// its tail under mu, so queue order is append order.
+	mu struct {
+		sync.Mutex
+		ring       []request // circular queue of QueueSize slots
+		head, n    int       // first queued slot, queued count
+		blocked    int       // Appends waiting for a free slot
+		closed     bool
+		writerIdle bool // the writer waits on wake
+	}
+	notFull sync.Cond     // on mu: the writer freed slots
+	wake    chan struct{} // cap 1: work (or Close) for an idle writer
+	stopped chan struct{} // closed when the writer goroutine exits
+
+	// w is owned by the writer goroutine: Open sets it up before starting
+	// the writer, and Close reads it only after the writer stopped.
+	w struct {
+		file  vfs.File
+		num   uint64 // current file number
+		path  string // current file path
+		size  int64  // bytes written to the current file
+		err   error  // sticky: the first failure, wrapping ErrFailed
+		group []request
+		bytes int // encoded size of group
+		buf   []byte
+		timer *time.Timer
+	}
+
+	// files lists the journal files on disk in ascending order; the last is
+	// the current file, which Release never deletes.
+	files struct {
+		sync.Mutex
+		nums []uint64
+	}
+	releaseMu sync.Mutex // serializes Release
+
+	// Counters for tests and benchmarks.
+	syncs   atomic.Int64 // group fsyncs
+	groups  atomic.Int64 // groups written
+	records atomic.Int64 // records written
+}
+
+// Open replays every record at or after from, calling replay for each in
+// journal order, then starts a new journal file for appends. The zero
+// Position means from the start of the oldest file; a from whose file no
+// longer exists starts at the first file after it. Otherwise from must be a
+// record boundary (an end position this journal reported, or a file start):
+// the bytes at from are read as a record header.
+//
+// replay gets each record's end position, type and body; body is valid only
+// during the call. An error returned by replay stops Open and is returned.
+// replay may be nil. Damaged data is handled as the package comment says and
+// does not make Open fail; I/O errors do.
+func Open(opts Options, from Position, replay func(end Position, typ byte, body []byte) error) (*Journal, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	fs := o.FS
+	if err := fs.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("journal: create directory %s: %w", o.Dir, err)
+	}
+	// The directory's own entry must be durable too, or a crash could lose
+	// the whole journal.
+	if parent := fs.PathDir(o.Dir); parent != o.Dir {
+		if err := syncDir(fs, parent); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := fs.Lock(fs.PathJoin(o.Dir, "LOCK"))
+	if err != nil {
+		return nil, fmt.Errorf("journal: lock %s (in use by another journal?): %w", o.Dir, err)
+	}
+	j := &Journal{opts: o, fs: fs, log: o.Logger, lock: lock}
+	if err := j.recover(from, replay); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	j.mu.ring = make([]request, o.QueueSize)
+	j.notFull.L = &j.mu
+	j.wake = make(chan struct{}, 1)
+	j.stopped = make(chan struct{})
+	j.w.timer = time.NewTimer(time.Hour)
+	j.w.timer.Stop()
+	go j.run()
+	return j, nil
+}
+
+// recover replays the existing files and creates the first file of this run.
+func (j *Journal) recover(from Position, replay func(Position, byte, []byte) error) error {
+	names, err := j.fs.List(j.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("journal: list %s: %w", j.opts.Dir, err)
+	}
+	var nums []uint64
+	for _, name := range names {
+		if num, ok := parseFileName(name); ok {
+			nums = append(nums, num)
+		} else if stem, ok := strings.CutSuffix(name, tmpSuffix); ok {
+			if _, ok := parseFileName(stem); ok {
+				// From an interrupted cut of a torn tail: the original is
+				// still there, and is cut again below.
+				if err := j.fs.Remove(j.fs.PathJoin(j.opts.Dir, name)); err != nil {
+					return fmt.Errorf("journal: remove leftover %s: %w", name, err)
+				}
+			}
+		}
+	}
+	slices.Sort(nums)
+	// The new file's number is above every number seen or asked for, even
+	// those of files recovery removes, so positions only grow.
+	next := from.File + 1
+	if len(nums) > 0 {
+		next = max(next, nums[len(nums)-1]+1)
+	}
+	r := newReplayer(j.fs, j.opts.Dir, j.log)
+	kept, err := r.replayFiles(nums, from, replay)
+	if err != nil {
+		return err
+	}
+	j.files.nums = kept
+	if err := j.startFile(next); err != nil {
+		return err
+	}
+	j.log.Info("journal: opened", "dir", j.opts.Dir, "from", from, "replayed_records", r.records,
+		"replayed_bytes", r.bytes, "files", len(kept), "new_file", j.w.path)
+	return nil
+}
+
+// Append queues a record of type typ (any byte but 0) with the given body.
+//
+// body is kept, not copied, until done is called: the caller must not modify
+// it until then. done is called exactly once: with the record's end position
+// once the record is durable (fsync'd, unless NoSync), or with an error. For a
+// record refused at once (type 0, body over MaxRecordSize, journal closed)
+// done is called before Append returns; otherwise it is called on the
+// journal's writer goroutine, and calls are in append order: records are
+// written in queue order and one goroutine calls done for them after each
+// group's fsync. After a failure every queued and later record gets an error
+// wrapping ErrFailed (in order, too).
+//
+// done must be quick and must not block: it holds up the next group. It must
+// not call Append or Close synchronously: Append blocks when the queue is
+// full until the writer, the goroutine running done, frees a slot, and Close
+// waits for the writer: both would deadlock. Hand such work to another
+// goroutine. done may be nil.
+//
+// Append blocks while QueueSize appends are already waiting for the writer.
+func (j *Journal) Append(typ byte, body []byte, done func(end Position, err error)) {
+	if typ == 0 {
+		callDone(done, Position{}, ErrInvalidType)
+		return
+	}
+	if len(body) > MaxRecordSize {
+		callDone(done, Position{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), MaxRecordSize))
+		return
+	}
+	j.mu.Lock()
+	if j.mu.closed {
+		j.mu.Unlock()
+		callDone(done, Position{}, ErrClosed)
+		return
+	}
+	// An Append blocked here when Close is called still gets queued: the
+	// writer does not stop while appenders are blocked.
+	for j.mu.n == len(j.mu.ring) {
+		j.mu.blocked++
+		j.notFull.Wait()
+		j.mu.blocked--
+	}
+	i := j.mu.head + j.mu.n
+	if i >= len(j.mu.ring) {
+		i -= len(j.mu.ring)
+	}
+	j.mu.ring[i] = request{typ: typ, body: body, done: done}
+	j.mu.n++
+	wake := j.mu.writerIdle
+	j.mu.writerIdle = false
+	j.mu.Unlock()
+	if wake {
+		j.signal()
+	}
+}
+
+func callDone(done func(Position, error), pos Position, err error) {
+	if done != nil {
+		done(pos, err)
+	}
+}
+
+// signal wakes the writer if it waits. A token left over from an earlier
+// signal only causes a spurious wakeup: the writer rechecks under mu.
+func (j *Journal) signal() {
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Release deletes the journal files that lie wholly before pos: a checkpoint
+// covers every record before pos. A file ending exactly at pos counts as
+// wholly before it. The current file is never deleted. Release may be called
+// after Close.
+func (j *Journal) Release(pos Position) error {
+	j.releaseMu.Lock()
+	defer j.releaseMu.Unlock()
+
+	j.files.Lock()
+	var candidates []uint64
+	if n := len(j.files.nums); n > 1 {
+		for _, num := range j.files.nums[:n-1] {
+			if num > pos.File {
+				break
+			}
+			candidates = append(candidates, num)
+		}
+	}
+	j.files.Unlock()
+
+	var removed []uint64
+	var err error
+	for _, num := range candidates {
+		path := j.fs.PathJoin(j.opts.Dir, fileName(num))
+		if num == pos.File {
+			// Not current, so the file is complete: its size is final.
+			fi, serr := j.fs.Stat(path)
+			if serr != nil {
+				err = fmt.Errorf("journal: release: %w", serr)
+				break
+			}
+			if pos.Offset < fi.Size() {
+				break
+			}
+		}
+		if rerr := j.fs.Remove(path); rerr != nil {
+			err = fmt.Errorf("journal: release: remove %s: %w", path, rerr)
+			break
+		}
+		removed = append(removed, num)
+	}
+	if len(removed) == 0 {
+		return err
+	}
+	j.files.Lock()
+	j.files.nums = j.files.nums[len(removed):] // removed is a prefix of nums
+	j.files.Unlock()
+	if serr := syncDir(j.fs, j.opts.Dir); serr != nil && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// Close writes and syncs what is queued (calling the done callbacks), stops
+// the writer and closes the current file. It returns the error that failed
+// the journal, if any. Appends after Close fail with ErrClosed, and so does a
+// second Close.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.mu.closed {
+		j.mu.Unlock()
+		return ErrClosed
+	}
+	j.mu.closed = true
+	j.mu.Unlock()
+	j.signal()
+	<-j.stopped
+
+	err := j.w.err
+	if err == nil && j.opts.NoSync {
+		if serr := j.w.file.Sync(); serr != nil {
+			err = fmt.Errorf("journal: sync %s on close: %w", j.w.path, serr)
+		}
+	}
+	if cerr := j.w.file.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("journal: close %s: %w", j.w.path, cerr)
+	}
+	if lerr := j.lock.Close(); lerr != nil && err == nil {
+		err = fmt.Errorf("journal: unlock %s: %w", j.opts.Dir, lerr)
+	}
+	return err
+}
+
+// syncDir makes the directory's entries (created, renamed, removed files)
+// durable.
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("journal: open directory %s: %w", dir, err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("journal: sync directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+package journal
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+const writeCategory vfs.DiskWriteCategory = "journal"
+
+// run is the writer goroutine: it alone writes, syncs and rotates files and
+// calls done callbacks. While it syncs one group the next one gathers in the
+// queue, which is where batching comes from under load.
+func (j *Journal) run() {
+	defer close(j.stopped)
+	for j.gather() {
+		j.commit()
+	}
+}
+
+// gather moves the next group from the queue into j.w.group. It returns
+// false once the journal is closed and nothing is left to write.
+//
+// A group closes when it reaches MaxGroupBytes; or, by default, when the
+// queue is empty; or, with NoFlushWhenQueueEmpty, when MaxGroupWait has passed
+// since the writer took its first record, or on Close.
+func (j *Journal) gather() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.mu.n == 0 {
+		// Blocked appenders started before Close: wait for them.
+		if j.mu.closed && j.mu.blocked == 0 {
+			return false
+		}
+		j.waitLocked(0)
+	}
+	j.takeLocked()
+	if !j.opts.NoFlushWhenQueueEmpty {
+		return true
+	}
+	deadline := time.Now().Add(j.opts.MaxGroupWait)
+	for j.w.bytes < j.opts.MaxGroupBytes && !j.mu.closed {
+		if j.mu.n > 0 {
+			j.takeLocked()
+			continue
+		}
+		d := time.Until(deadline)
+		if d <= 0 {
+			break
+		}
+		j.waitLocked(d)
+	}
+	return true
+}
+
+// takeLocked moves records from the head of the queue into the group until
+// the queue is empty or the group is full.
+func (j *Journal) takeLocked() {
+	ring := j.mu.ring
+	for j.mu.n > 0 && j.w.bytes < j.opts.MaxGroupBytes {
+		r := &ring[j.mu.head]
+		j.w.group = append(j.w.group, *r)
+		j.w.bytes += int(recordSize(len(r.body)))
+		*r = request{} // drop the references for the GC
+		j.mu.head++
+		if j.mu.head == len(ring) {
+			j.mu.head = 0
+		}
+		j.mu.n--
+	}
+	if j.mu.blocked > 0 {
+		j.notFull.Broadcast()
+	}
+}
+
+// waitLocked releases mu until an Append or Close signals, or d passes if
+// d > 0.
+func (j *Journal) waitLocked(d time.Duration) {
+	j.mu.writerIdle = true
+	j.mu.Unlock()
+	if d > 0 {
+		j.w.timer.Reset(d)
+		select {
+		case <-j.wake:
+		case <-j.w.timer.C:
+		}
+		j.w.timer.Stop()
+	} else {
+		<-j.wake
+	}
+	j.mu.Lock()
+	j.mu.writerIdle = false
+}
+
+// commit writes the group with one Write, syncs it once, then calls its done
+// callbacks. Groups are committed in queue order and callbacks run here, on
+// the one writer goroutine, in group order: so done calls follow append order,
+// and each comes after the fsync covering its record. No lock is held.
+func (j *Journal) commit() {
+	g := j.w.group
+	start := j.w.size
+	if j.w.err == nil {
+		buf := slices.Grow(j.w.buf[:0], j.w.bytes)
+		for i := range g {
+			buf = appendRecord(buf, g[i].typ, g[i].body)
+		}
+		j.w.buf = buf
+		if err := j.writeAndSync(buf); err != nil {
+			j.fail(err, start)
+		} else {
+			j.w.size += int64(len(buf))
+			j.groups.Add(1)
+			j.records.Add(int64(len(g)))
+		}
+	}
+	// j.w.err is read once per record: a failure fails the whole group.
+	pos := Position{File: j.w.num, Offset: start}
+	for i := range g {
+		if err := j.w.err; err != nil {
+			callDone(g[i].done, Position{}, err)
+		} else {
+			pos.Offset += recordSize(len(g[i].body))
+			callDone(g[i].done, pos, nil)
+		}
+		g[i] = request{}
+	}
+	j.w.group = g[:0]
+	j.w.bytes = 0
+	if j.w.err == nil && j.w.size > j.opts.MaxFileSize {
+		j.rotate()
+	}
+}
+
+// writeAndSync appends buf to the current file and makes it durable. A short
+// write is a failure even without an error: the file now ends mid-group.
+func (j *Journal) writeAndSync(buf []byte) error {
+	if err := writeFull(j.w.file, buf); err != nil {
+		return err
+	}
+	if j.opts.NoSync {
+		return nil
+	}
+	if err := j.w.file.SyncData(); err != nil {
+		return fmt.Errorf("fsync: %w", err)
+	}
+	j.syncs.Add(1)
+	return nil
+}
+
+func writeFull(f vfs.File, b []byte) error {
+	n, err := f.Write(b)
+	if err != nil {
+		return fmt.Errorf("write of %d bytes (%d written): %w", len(b), n, err)
+	}
+	if n != len(b) {
+		return fmt.Errorf("write of %d bytes: %d written: %w", len(b), n, io.ErrShortWrite)
+	}
+	return nil
+}
+
+// fail puts the journal in the failed state: this and every later record
+// gets the error. Nothing is retried: after a failed fsync the kernel may
+// have dropped the dirty pages, so no later success could be trusted.
+func (j *Journal) fail(err error, off int64) {
+	j.w.err = fmt.Errorf("%w: %s at offset %d: %w", ErrFailed, j.w.path, off, err)
+	j.log.Error("journal: write failed, refusing all further records",
+		"file", j.w.path, "offset", off, "err", err)
+}
+
+// rotate moves appends to a new file after the current one passed
+// MaxFileSize.
+func (j *Journal) rotate() {
+	old, oldPath := j.w.file, j.w.path
+	if j.opts.NoSync {
+		// Recovery takes damage in any file but the last for corruption, so
+		// a file is complete and durable before the next one exists.
+		if err := old.Sync(); err != nil {
+			j.fail(fmt.Errorf("fsync before rotation: %w", err), j.w.size)
+			return
+		}
+	}
+	if err := j.startFile(j.w.num + 1); err != nil {
+		j.fail(err, j.w.size)
+		return
+	}
+	if err := old.Close(); err != nil {
+		// Everything in it was synced; nothing is lost.
+		j.log.Warn("journal: close rotated file", "file", oldPath, "err", err)
+	}
+}
+
+// startFile creates journal file num with its header and makes both the file
+// and its directory entry durable before any record goes into it, then makes
+// it the current file.
+func (j *Journal) startFile(num uint64) error {
+	path := j.fs.PathJoin(j.opts.Dir, fileName(num))
+	f, err := j.fs.Create(path, writeCategory)
+	if err != nil {
+		return fmt.Errorf("journal: create %s: %w", path, err)
+	}
+	hdr := fileHeader()
+	err = writeFull(f, hdr[:])
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = syncDir(j.fs, j.opts.Dir)
+	}
+	if err != nil {
+		f.Close()
+		_ = j.fs.Remove(path) // best effort: recovery copes with a bad file too
+		return fmt.Errorf("journal: start %s: %w", path, err)
+	}
+	j.w.file, j.w.num, j.w.path, j.w.size = f, num, path, int64(fileHeaderSize)
+	j.files.Lock()
+	j.files.nums = append(j.files.nums, num)
+	j.files.Unlock()
+	return nil
+}

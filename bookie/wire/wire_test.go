@@ -1,0 +1,91 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	var stream []byte
+	stream = AppendFrame(stream, Header{Op: OpRead, Flags: FlagFence, ReqID: 7}, LedgerEntry(3, 4))
+	stream = AppendFrame(stream, Header{Op: OpWaitLAC, ReqID: 1 << 60}, WaitLAC(5, -1, 1000))
+	stream = AppendFrame(stream, Header{Op: OpReadLAC, ReqID: 9}, StatusBody(StatusOK), Int64s(10, 12))
+	r := bytes.NewReader(stream)
+	var buf []byte
+
+	h, body, buf, err := ReadFrame(r, buf)
+	if err != nil || h != (Header{Op: OpRead, Flags: FlagFence, ReqID: 7}) {
+		t.Fatalf("frame 1: %+v %v", h, err)
+	}
+	if vs, err := ParseInt64s(body, 2); err != nil || vs[0] != 3 || vs[1] != 4 {
+		t.Fatalf("read body: %v %v", vs, err)
+	}
+	h, body, buf, err = ReadFrame(r, buf)
+	if err != nil || h.ReqID != 1<<60 {
+		t.Fatalf("frame 2: %+v %v", h, err)
+	}
+	if l, a, ms, err := ParseWaitLAC(body); err != nil || l != 5 || a != -1 || ms != 1000 {
+		t.Fatalf("wait-lac body: %d %d %d %v", l, a, ms, err)
+	}
+	_, body, _, err = ReadFrame(r, buf)
+	st, rest, perr := ParseStatus(body)
+	if err != nil || perr != nil || st != StatusOK {
+		t.Fatalf("frame 3: %v %v %v", err, perr, st)
+	}
+	if vs, err := ParseInt64s(rest, 2); err != nil || vs[0] != 10 || vs[1] != 12 {
+		t.Fatalf("lac body: %v %v", vs, err)
+	}
+	if _, _, _, err := ReadFrame(r, buf); err != io.EOF {
+		t.Fatalf("at the end: %v, want io.EOF", err)
+	}
+}
+
+func TestBadFrames(t *testing.T) {
+	good := AppendFrame(nil, Header{Op: OpDelete, ReqID: 1}, Ledger(1))
+	oversized := binary.BigEndian.AppendUint32(nil, MaxFrameSize+1)
+	undersized := binary.BigEndian.AppendUint32(nil, HeaderSize-1)
+	badVersion := bytes.Clone(good)
+	badVersion[4] = 9
+	for name, b := range map[string][]byte{
+		"oversized":   oversized,
+		"undersized":  undersized,
+		"bad version": badVersion,
+		"cut short":   good[:len(good)-1],
+	} {
+		if _, _, _, err := ReadFrame(bytes.NewReader(b), nil); !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: %v, want ErrFrame", name, err)
+		}
+	}
+}
+
+func TestStatusErrors(t *testing.T) {
+	for s := StatusNoLedger; s <= StatusInternal; s++ {
+		err := s.Err()
+		if err == nil || StatusOf(err) != s {
+			t.Errorf("status %d: err %v maps back to %d", s, err, StatusOf(err))
+		}
+	}
+	if StatusOK.Err() != nil || StatusOf(nil) != StatusOK {
+		t.Error("StatusOK is not nil")
+	}
+	if StatusOf(io.ErrUnexpectedEOF) != StatusInternal {
+		t.Error("an unknown error is not StatusInternal")
+	}
+	if !errors.Is(Status(999).Err(), ErrInternal) {
+		t.Error("an unknown status is not ErrInternal")
+	}
+}
+
+func FuzzReadFrame(f *testing.F) {
+	f.Add(AppendFrame(nil, Header{Op: OpAdd, ReqID: 1}, []byte("x")))
+	f.Add([]byte{0, 0, 0, 1, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, body, _, err := ReadFrame(bytes.NewReader(b), nil)
+		if err == nil && !bytes.HasPrefix(b, AppendFrame(nil, h, body)) {
+			t.Fatalf("frame does not re-encode to its bytes")
+		}
+	})
+}
