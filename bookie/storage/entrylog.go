@@ -1,0 +1,545 @@
+package storage
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/entry"
+)
+
+// Entry-log file format. These constants are an on-disk format.
+//
+//	file:   header record*
+//	header: magic u32 = 0x4d474c47 ("MGLG") | version u32 = 1
+//	record: length u32 | entry (length bytes, bookie/entry format)
+//
+// Big-endian. The entry carries its own CRC-32C, so a record needs no
+// other checksum; the length prefix lets a scan walk the file and lets a
+// read check that the index and the file agree. The index points at the
+// entry bytes, just after the length prefix.
+const (
+	logMagic         = 0x4d474c47
+	logVersion       = 1
+	logHeaderSize    = 8
+	recordPrefixSize = 4
+	logSuffix        = ".log"
+)
+
+// writeCategory tags entry-log writes for vfs disk-health accounting.
+const writeCategory vfs.DiskWriteCategory = "magnetar-entrylog"
+
+// errLogGone: the entry log was removed (by GC) between an index lookup
+// and the read; the caller looks the entry up again.
+var errLogGone = errors.New("storage: entry log removed")
+
+// location is where an entry lives: log id, offset of the entry bytes
+// (after the record's length prefix) and entry size.
+type location struct {
+	log    uint64
+	offset int64
+	size   uint32
+}
+
+func logFileName(id uint64) string { return fmt.Sprintf("%016x%s", id, logSuffix) }
+
+func parseLogFileName(name string) (uint64, bool) {
+	hex, ok := strings.CutSuffix(name, logSuffix)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(hex, 16, 64)
+	return id, err == nil
+}
+
+// logWriter is an entry log being written (the current log) or a finished
+// one whose bytes are all written to the file but not yet fsynced.
+type logWriter struct {
+	id      uint64
+	path    string
+	f       vfs.File
+	buf     []byte // records not yet written; buf[0] is at file offset written
+	written int64
+	ledgers map[int64]int64 // record bytes per ledger, for the log's metadata
+}
+
+func (w *logWriter) size() int64 { return w.written + int64(len(w.buf)) }
+
+func (w *logWriter) meta() logMeta {
+	return logMeta{validLength: w.size(), ledgers: w.ledgers}
+}
+
+// logReader is a shared read handle of one entry log.
+type logReader struct {
+	f       vfs.File
+	refs    int
+	removed bool
+}
+
+// entryLogs owns the entry-log files: the current log (buffered appends),
+// finished logs awaiting fsync, and read handles.
+//
+// Invariants:
+//   - The current log's buffer holds whole records: a record is either
+//     wholly in the file (offset < written) or wholly in the buffer, so a
+//     read is served from one or the other.
+//   - Logs are only appended to while current; a new process always
+//     starts a new log, so a possibly torn tail is never appended to.
+//   - A finished log leaves pending only once it is fsynced; sync hands
+//     its metadata to the caller, which records it in the index. Metadata
+//     in the index therefore means the log is complete and durable.
+//   - After the first write or fsync failure (err), every append and sync
+//     fails: what reached the disk is unknown (an fsync error may drop
+//     dirty pages), so the storage goes read-only and leaves it to journal
+//     replay after a restart.
+type entryLogs struct {
+	fs      vfs.FS
+	dir     string
+	maxSize int64
+	bufSize int
+
+	mu       sync.Mutex
+	cur      *logWriter
+	pending  []*logWriter
+	nextID   uint64
+	dirDirty bool // a log was created since the directory was last fsynced
+	err      error
+
+	syncMu sync.Mutex // one sync at a time
+
+	readersMu sync.Mutex
+	readers   map[uint64]*logReader
+}
+
+// openEntryLogs starts a new current log with id firstID.
+func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, firstID uint64) (*entryLogs, error) {
+	l := &entryLogs{
+		fs:      fs,
+		dir:     dir,
+		maxSize: maxSize,
+		bufSize: bufSize,
+		nextID:  firstID,
+		readers: make(map[uint64]*logReader),
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w, err := l.createLocked()
+	if err != nil {
+		return nil, err
+	}
+	l.cur = w
+	return l, nil
+}
+
+// listLogs returns the ids of the entry logs in dir, ascending.
+func listLogs(fs vfs.FS, dir string) ([]uint64, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint64
+	for _, n := range names {
+		if id, ok := parseLogFileName(n); ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+func (l *entryLogs) path(id uint64) string { return l.fs.PathJoin(l.dir, logFileName(id)) }
+
+func (l *entryLogs) createLocked() (*logWriter, error) {
+	id := l.nextID
+	path := l.path(id)
+	f, err := l.fs.Create(path, writeCategory)
+	if err != nil {
+		return nil, fmt.Errorf("storage: create entry log: %w", err)
+	}
+	l.nextID++
+	l.dirDirty = true
+	w := &logWriter{id: id, path: path, f: f, buf: make([]byte, 0, l.bufSize), ledgers: make(map[int64]int64)}
+	w.buf = binary.BigEndian.AppendUint32(w.buf, logMagic)
+	w.buf = binary.BigEndian.AppendUint32(w.buf, logVersion)
+	return w, nil
+}
+
+func (l *entryLogs) failLocked(err error) error {
+	if l.err == nil {
+		l.err = err
+	}
+	return l.err
+}
+
+// append adds a record for e (an entry of ledger) to the current log and
+// returns where the entry is. e is copied.
+func (l *entryLogs) append(ledger int64, e []byte) (location, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return location{}, l.err
+	}
+	if l.cur == nil {
+		return location{}, ErrClosed
+	}
+	w := l.cur
+	if len(w.buf) > 0 && len(w.buf)+recordPrefixSize+len(e) > l.bufSize {
+		if err := l.flushLocked(w); err != nil {
+			return location{}, err
+		}
+	}
+	loc := location{log: w.id, offset: w.size() + recordPrefixSize, size: uint32(len(e))}
+	w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(len(e)))
+	w.buf = append(w.buf, e...)
+	w.ledgers[ledger] += int64(recordPrefixSize + len(e))
+	if len(w.buf) >= l.bufSize {
+		if err := l.flushLocked(w); err != nil {
+			return location{}, err
+		}
+	}
+	if w.size() >= l.maxSize {
+		if err := l.rotateLocked(); err != nil {
+			return location{}, err
+		}
+	}
+	return loc, nil
+}
+
+// flushLocked writes w's buffer to its file. On failure the buffer is
+// kept, so reads keep being served from it.
+func (l *entryLogs) flushLocked(w *logWriter) error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	// vfs.File.Write may scribble on its argument (MemFS does under the race
+	// detector); the buffer is dropped right after, so that is fine.
+	if _, err := w.f.Write(w.buf); err != nil {
+		return l.failLocked(fmt.Errorf("storage: write entry log %s: %w", w.path, err))
+	}
+	w.written += int64(len(w.buf))
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// rotateLocked finishes the current log (written, not yet synced) and
+// starts the next one.
+func (l *entryLogs) rotateLocked() error {
+	old := l.cur
+	if err := l.flushLocked(old); err != nil {
+		return err
+	}
+	w, err := l.createLocked()
+	if err != nil {
+		return l.failLocked(err)
+	}
+	old.buf = nil // written out; the next log has its own
+	l.pending = append(l.pending, old)
+	l.cur = w
+	return nil
+}
+
+// rotate finishes the current log now (tests use it to get finished logs).
+func (l *entryLogs) rotate() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	if l.cur == nil {
+		return ErrClosed
+	}
+	return l.rotateLocked()
+}
+
+// sync makes every record appended so far durable: it writes the current
+// log's buffer, fsyncs the current log and every finished log not yet
+// synced, and the directory if logs were created. It returns the finished
+// logs it synced: they are no longer tracked here, and the caller must
+// record their metadata.
+func (l *entryLogs) sync() ([]*logWriter, error) {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return nil, l.err
+	}
+	var files []*logWriter
+	if l.cur != nil {
+		if err := l.flushLocked(l.cur); err != nil {
+			l.mu.Unlock()
+			return nil, err
+		}
+		files = append(files, l.cur)
+	}
+	finished := slices.Clone(l.pending)
+	files = append(files, finished...)
+	dirDirty := l.dirDirty
+	l.dirDirty = false
+	l.mu.Unlock()
+
+	// fsync outside mu: appends continue meanwhile. The current log's file
+	// is only closed by close(), after the last sync.
+	for _, w := range files {
+		if err := w.f.Sync(); err != nil {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return nil, l.failLocked(fmt.Errorf("storage: fsync entry log %s: %w", w.path, err))
+		}
+	}
+	if dirDirty {
+		if err := syncDir(l.fs, l.dir); err != nil {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return nil, l.failLocked(fmt.Errorf("storage: fsync entry-log directory: %w", err))
+		}
+	}
+
+	l.mu.Lock()
+	// Only rotation touched pending meanwhile, by appending.
+	l.pending = slices.Delete(l.pending, 0, len(finished))
+	l.mu.Unlock()
+	for _, w := range finished {
+		w.f.Close()
+		w.f = nil
+	}
+	return finished, nil
+}
+
+// finish ends appends: the current log becomes a finished one, for the
+// last sync to return. Later appends fail with ErrClosed.
+func (l *entryLogs) finish() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	if l.cur == nil {
+		return nil
+	}
+	if err := l.flushLocked(l.cur); err != nil {
+		return err
+	}
+	l.pending = append(l.pending, l.cur)
+	l.cur = nil
+	return nil
+}
+
+// currentID is the id of the log appends go to.
+func (l *entryLogs) currentID() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return 0
+	}
+	return l.cur.id
+}
+
+// failure is the first write or fsync failure, or nil.
+func (l *entryLogs) failure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// read returns the entry at loc (a fresh slice). It checks the length
+// prefix against the index; the caller verifies the entry itself. A
+// missing log is errLogGone; bytes missing or disagreeing with the index
+// are a *CorruptionError.
+func (l *entryLogs) read(loc location) ([]byte, error) {
+	rec := make([]byte, recordPrefixSize+int(loc.size))
+	start := loc.offset - recordPrefixSize
+
+	l.mu.Lock()
+	if w := l.cur; w != nil && w.id == loc.log && start >= w.written {
+		from := start - w.written
+		if from+int64(len(rec)) > int64(len(w.buf)) {
+			l.mu.Unlock()
+			return nil, corruptf(w.path, start, "record of %d bytes past the end of the log (%d bytes)", len(rec), w.size())
+		}
+		copy(rec, w.buf[from:])
+		l.mu.Unlock()
+	} else {
+		l.mu.Unlock()
+		r, err := l.acquire(loc.log)
+		if err != nil {
+			return nil, err
+		}
+		n, err := r.f.ReadAt(rec, start)
+		l.release(loc.log, r)
+		if n < len(rec) {
+			if err == nil || err == io.EOF {
+				return nil, corruptf(l.path(loc.log), start, "short log: read %d of %d bytes", n, len(rec))
+			}
+			return nil, fmt.Errorf("storage: read entry log %s at %d: %w", l.path(loc.log), start, err)
+		}
+	}
+	if got := binary.BigEndian.Uint32(rec); got != loc.size {
+		return nil, corruptf(l.path(loc.log), start, "record length %d, index says %d", got, loc.size)
+	}
+	return rec[recordPrefixSize:], nil
+}
+
+func (l *entryLogs) acquire(id uint64) (*logReader, error) {
+	l.readersMu.Lock()
+	defer l.readersMu.Unlock()
+	if r := l.readers[id]; r != nil {
+		r.refs++
+		return r, nil
+	}
+	f, err := l.fs.Open(l.path(id))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, errLogGone
+		}
+		return nil, fmt.Errorf("storage: open entry log: %w", err)
+	}
+	r := &logReader{f: f, refs: 1}
+	l.readers[id] = r
+	return r, nil
+}
+
+func (l *entryLogs) release(id uint64, r *logReader) {
+	l.readersMu.Lock()
+	defer l.readersMu.Unlock()
+	r.refs--
+	if r.refs == 0 && r.removed {
+		r.f.Close()
+	}
+}
+
+// remove deletes a finished log. Reads in progress finish on their open
+// handle; later ones get errLogGone.
+func (l *entryLogs) remove(id uint64) error {
+	l.readersMu.Lock()
+	if r := l.readers[id]; r != nil {
+		delete(l.readers, id)
+		r.removed = true
+		if r.refs == 0 {
+			r.f.Close()
+		}
+	}
+	l.readersMu.Unlock()
+	if err := l.fs.Remove(l.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// fileSize is the size of log id on disk.
+func (l *entryLogs) fileSize(id uint64) (int64, error) {
+	fi, err := l.fs.Stat(l.path(id))
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// scan reads the records of a finished log from the start up to limit
+// (the file's size if limit < 0), calling fn with each record's location
+// and entry (verified; valid only during the call). It returns the offset
+// where it stopped and, if that is before limit, bad: a *CorruptionError
+// describing what it found there (a torn or corrupt record, or a file
+// shorter than limit). err is an I/O error or fn's error.
+func (l *entryLogs) scan(id uint64, limit int64, fn func(loc location, e []byte) error) (end int64, bad, err error) {
+	path := l.path(id)
+	f, err := l.fs.Open(path)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, nil, err
+	}
+	size := fi.Size()
+	if limit < 0 {
+		limit = size
+	}
+	stop := min(limit, size)
+	br := bufio.NewReaderSize(f, 1<<20)
+	var hdr [logHeaderSize]byte
+	if stop < logHeaderSize {
+		return 0, corruptf(path, 0, "log of %d bytes has no header", size), nil
+	}
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	if m, v := binary.BigEndian.Uint32(hdr[:]), binary.BigEndian.Uint32(hdr[4:]); m != logMagic || v != logVersion {
+		return 0, corruptf(path, 0, "bad header: magic %08x version %d", m, v), nil
+	}
+	off := int64(logHeaderSize)
+	buf := make([]byte, 0, 64<<10)
+	for off < stop {
+		var pfx [recordPrefixSize]byte
+		if stop-off < recordPrefixSize {
+			return off, corruptf(path, off, "torn record prefix"), nil
+		}
+		if _, err := io.ReadFull(br, pfx[:]); err != nil {
+			return off, nil, err
+		}
+		n := int64(binary.BigEndian.Uint32(pfx[:]))
+		if n < entry.HeaderSize || n > entry.MaxSize {
+			return off, corruptf(path, off, "bad record length %d", n), nil
+		}
+		if off+recordPrefixSize+n > stop {
+			return off, corruptf(path, off, "record of %d bytes past the end (%d)", n, stop), nil
+		}
+		buf = slices.Grow(buf[:0], int(n))[:n]
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return off, nil, err
+		}
+		if _, err := entry.Verify(buf); err != nil {
+			return off, corruptf(path, off, "%w", err), nil
+		}
+		if err := fn(location{log: id, offset: off + recordPrefixSize, size: uint32(n)}, buf); err != nil {
+			return off, nil, err
+		}
+		off += recordPrefixSize + n
+	}
+	if off < limit {
+		return off, corruptf(path, off, "log is %d bytes, expected %d", size, limit), nil
+	}
+	return off, nil, nil
+}
+
+// close closes every file. Call after the last sync.
+func (l *entryLogs) close() error {
+	l.mu.Lock()
+	var err error
+	if l.cur != nil {
+		err = l.cur.f.Close()
+		l.cur = nil
+	}
+	for _, w := range l.pending {
+		if w.f != nil {
+			w.f.Close()
+		}
+	}
+	l.pending = nil
+	if l.err == nil {
+		l.err = ErrClosed
+	}
+	l.mu.Unlock()
+
+	l.readersMu.Lock()
+	for id, r := range l.readers {
+		delete(l.readers, id)
+		r.removed = true
+		if r.refs == 0 {
+			r.f.Close()
+		}
+	}
+	l.readersMu.Unlock()
+	return err
+}

@@ -1,0 +1,115 @@
+package storage
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/magnetar-io/magnetar/bookie/journal"
+)
+
+// failing wraps fs so that operations of the given kinds on paths
+// containing dir fail with errorfs.ErrInjected while the toggle is on.
+func failing(fs vfs.FS, dir string, on *atomic.Bool, kinds ...errorfs.OpKind) vfs.FS {
+	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !on.Load() || !strings.Contains(op.Path, dir) {
+			return nil
+		}
+		for _, k := range kinds {
+			if op.Kind == k {
+				return errorfs.ErrInjected
+			}
+		}
+		return nil
+	}))
+}
+
+func TestJournalSyncFailure(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var on atomic.Bool
+	opts := testOptions(failing(mem, "/journal/", &on, errorfs.OpFileSync, errorfs.OpFileSyncData))
+	s := openT(t, opts)
+	mustAdd(t, s, 1, 0, -1, 100)
+
+	on.Store(true)
+	err := add(t, s, mkEntry(1, 1, 0, 100))
+	wantErr(t, err, journal.ErrFailed, "add when the journal fsync fails")
+	wantErr(t, err, errorfs.ErrInjected, "add when the journal fsync fails")
+	on.Store(false)
+	// The journal cannot be trusted any more (an fsync error may have
+	// dropped pages): everything after is refused.
+	wantErr(t, add(t, s, mkEntry(1, 2, 0, 100)), ErrReadOnly, "add after the journal failed")
+	wantErr(t, fence(t, s, 1).err, ErrReadOnly, "fence after the journal failed")
+	checkEntry(t, s, 1, 0, 100)
+	if err := s.Close(); err == nil {
+		t.Fatal("Close of a failed storage: no error")
+	}
+
+	// A restart on a healthy disk has the acknowledged entry.
+	s, _ = crashOpen(t, nil, mem, opts, vfs.CrashCloneCfg{})
+	defer closeT(t, s)
+	checkEntry(t, s, 1, 0, 100)
+	mustAdd(t, s, 1, 1, 0, 100)
+}
+
+// An entry-log write failure after the journal acknowledged the record:
+// the storage cannot make it readable, so it refuses the add and every
+// later mutation (read-only) instead of acknowledging what it cannot
+// store. The record is in the journal: a restart applies it.
+func TestEntryLogWriteFailure(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var on atomic.Bool
+	opts := testOptions(failing(mem, "/entrylogs/", &on, errorfs.OpFileWrite))
+	opts.WriteBufferSize = 256 // every add reaches the file
+	s := openT(t, opts)
+	for e := int64(0); e < 10; e++ {
+		mustAdd(t, s, 1, e, e-1, 300)
+	}
+	on.Store(true)
+	err := add(t, s, mkEntry(1, 10, 9, 300))
+	wantErr(t, err, ErrReadOnly, "add when the entry-log write fails")
+	wantErr(t, err, errorfs.ErrInjected, "add when the entry-log write fails")
+	on.Store(false)
+	wantErr(t, add(t, s, mkEntry(1, 11, 9, 300)), ErrReadOnly, "add after the failure")
+	wantErr(t, add(t, s, mkEntry(2, 0, -1, 300)), ErrReadOnly, "add to another ledger after the failure")
+	wantErr(t, del(t, s, 1), ErrReadOnly, "delete after the failure")
+	wantErr(t, s.Checkpoint(), ErrReadOnly, "checkpoint after the failure")
+	for e := int64(0); e < 10; e++ {
+		checkEntry(t, s, 1, e, 300) // reads still work
+	}
+	if err := s.Close(); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Close of a read-only storage: %v", err)
+	}
+
+	s, _ = crashOpen(t, nil, mem, opts, vfs.CrashCloneCfg{})
+	defer closeT(t, s)
+	for e := int64(0); e < 11; e++ { // 10 was journaled, so it is back too
+		checkEntry(t, s, 1, e, 300)
+	}
+	mustAdd(t, s, 1, 11, 10, 300)
+}
+
+// An entry-log fsync failure during a checkpoint: the checkpoint fails and
+// does not cover anything, the storage goes read-only.
+func TestEntryLogSyncFailure(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var on atomic.Bool
+	opts := testOptions(failing(mem, "/entrylogs/", &on, errorfs.OpFileSync, errorfs.OpFileSyncData))
+	s := openT(t, opts)
+	for e := int64(0); e < 10; e++ {
+		mustAdd(t, s, 1, e, e-1, 300)
+	}
+	on.Store(true)
+	wantErr(t, s.Checkpoint(), errorfs.ErrInjected, "checkpoint when the entry-log fsync fails")
+	on.Store(false)
+	wantErr(t, add(t, s, mkEntry(1, 10, 9, 300)), ErrReadOnly, "add after the failed checkpoint")
+	s, _ = crashOpen(t, s, mem, opts, vfs.CrashCloneCfg{})
+	defer closeT(t, s)
+	for e := int64(0); e < 10; e++ {
+		checkEntry(t, s, 1, e, 300)
+	}
+}

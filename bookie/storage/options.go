@@ -1,0 +1,106 @@
+package storage
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/journal"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultEntryLogMaxSize    = 1 << 30
+	DefaultCheckpointInterval = 10 * time.Second
+	DefaultGCInterval         = 60 * time.Second
+	DefaultGCMinLiveRatio     = 0.5
+	DefaultWriteBufferSize    = 1 << 20
+)
+
+// Options configure Open. Zero values take the defaults documented per field.
+type Options struct {
+	// FS is the filesystem for everything (journal, entry logs, index).
+	// Default vfs.Default.
+	FS vfs.FS
+	// Dir holds the entry logs (<Dir>/entrylogs) and the index
+	// (<Dir>/index). Required.
+	Dir string
+	// JournalDir holds the journal; default <Dir>/journal. It may be on
+	// another disk.
+	JournalDir string
+	// Journal carries the group-commit settings. Its FS, Dir, NoSync and
+	// Logger are filled in from these Options.
+	Journal journal.Options
+	// NoSync skips every fsync (journal, entry logs, index). For throughput
+	// tests only: nothing survives a power loss.
+	NoSync bool
+	// EntryLogMaxSize: an entry log is finished and a new one started once
+	// it grows past this size. Default 1 GiB.
+	EntryLogMaxSize int64
+	// WriteBufferSize is the entry-log write buffer; appends reach the file
+	// when it fills. Default 1 MiB.
+	WriteBufferSize int
+	// CheckpointInterval between background checkpoints. 0 uses the
+	// default (10 s); negative disables the loop (call Checkpoint).
+	CheckpointInterval time.Duration
+	// GCInterval between background garbage collections. 0 uses the
+	// default (60 s); negative disables the loop (call GC).
+	GCInterval time.Duration
+	// GCMinLiveRatio: a finished entry log whose live bytes fall under this
+	// fraction of its entry bytes is compacted. 0 uses the default (0.5);
+	// negative disables compaction (logs with no live bytes are still
+	// deleted). At most 1.
+	GCMinLiveRatio float64
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults validates o and returns a copy with defaults filled in.
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, errors.New("storage: Options.Dir is required")
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.NoSync {
+		o.FS = noSyncFS{o.FS}
+	}
+	if o.JournalDir == "" {
+		o.JournalDir = o.FS.PathJoin(o.Dir, "journal")
+	}
+	if o.EntryLogMaxSize == 0 {
+		o.EntryLogMaxSize = DefaultEntryLogMaxSize
+	}
+	if o.EntryLogMaxSize <= logHeaderSize {
+		return o, errors.New("storage: Options.EntryLogMaxSize too small")
+	}
+	if o.WriteBufferSize == 0 {
+		o.WriteBufferSize = DefaultWriteBufferSize
+	}
+	if o.WriteBufferSize < 0 {
+		return o, errors.New("storage: Options.WriteBufferSize negative")
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if o.GCInterval == 0 {
+		o.GCInterval = DefaultGCInterval
+	}
+	if o.GCMinLiveRatio == 0 {
+		o.GCMinLiveRatio = DefaultGCMinLiveRatio
+	}
+	if o.GCMinLiveRatio > 1 {
+		return o, errors.New("storage: Options.GCMinLiveRatio above 1")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.Journal.FS = o.FS
+	o.Journal.Dir = o.JournalDir
+	o.Journal.NoSync = o.NoSync
+	o.Journal.Logger = o.Logger
+	return o, nil
+}

@@ -1,0 +1,340 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/entry"
+	"github.com/magnetar-io/magnetar/bookie/journal"
+)
+
+// Journal record types. These are an on-disk format.
+const (
+	recordAdd         byte = 1 // body: the entry bytes
+	recordRecoveryAdd byte = 4 // body: the entry bytes; accepted on fenced ledgers
+	recordFence       byte = 2 // body: ledger u64
+	recordDelete      byte = 3 // body: ledger u64
+)
+
+// maxReadAttempts bounds re-lookups of an entry whose log GC removed
+// between the index lookup and the read.
+const maxReadAttempts = 3
+
+// Storage is the ledger storage of one bookie. Its methods are safe for
+// concurrent use.
+type Storage struct {
+	opts   Options
+	fs     vfs.FS
+	logger *slog.Logger
+	idx    *index
+	logs   *entryLogs
+	jnl    *journal.Journal
+
+	// firstLogID is the first entry log of this process: logs below it
+	// without metadata in the index are from a crashed run.
+	firstLogID uint64
+
+	// opMu is read-held by the public methods while they use the journal,
+	// index or logs, and write-held by Close to set closed: so nothing
+	// touches them once Close tears them down. Internal code never takes
+	// it (a read lock taken twice deadlocks against a waiting Close).
+	opMu      sync.RWMutex
+	closed    bool
+	closing   chan struct{} // closed when Close starts: wakes WaitLAC, stops GC
+	closeOnce sync.Once
+
+	// writeMu serializes the apply path (the journal goroutine, or Open's
+	// replay) with GC's index repointing. Under it, apply's check of the
+	// ledger state, entry-log append, index put and state update are one
+	// step, and GC's check-and-repoint of an entry location is atomic
+	// against them.
+	writeMu sync.Mutex
+	// applied is the end position of the last journal record applied (or
+	// refused) in order; everything up to it is in the entry logs and the
+	// index. Guarded by writeMu.
+	applied journal.Position
+	// replaying is set during Open's journal replay. Guarded by writeMu.
+	replaying bool
+
+	// failed is the first apply, sync or checkpoint failure (wrapping
+	// ErrReadOnly); after it every mutation is refused.
+	failMu sync.Mutex
+	failed error
+
+	ledgersMu sync.Mutex
+	ledgers   map[int64]*ledgerState
+
+	ckptMu   sync.Mutex       // one checkpoint at a time
+	lastCkpt journal.Position // guarded by ckptMu
+	gcMu     sync.Mutex       // one GC pass at a time
+	badLogs  map[uint64]bool  // guarded by gcMu: logs GC found corrupt and leaves alone
+
+	// replayed is what Open's recovery did: records replayed from the
+	// checkpoint. For logs and tests.
+	replayed int
+
+	stop  chan struct{} // stops the background loops
+	loops sync.WaitGroup
+
+	// Compaction batch limits (compactBatchBytes, compactBatchEntries;
+	// tests make them small).
+	batchBytes, batchEntries int
+	// testHookCompactBatch, if set, runs when a compaction batch is copied
+	// and synced, before it is repointed, with no lock held.
+	testHookCompactBatch func()
+	// testHookWaitLAC, if set, runs when WaitLAC is about to block.
+	testHookWaitLAC func()
+}
+
+// failure returns the error that made the storage read-only, or nil.
+func (s *Storage) failure() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failed
+}
+
+// fail makes the storage read-only (once) and returns the error to report.
+func (s *Storage) fail(err error) error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	if s.failed == nil {
+		if errors.Is(err, ErrReadOnly) {
+			s.failed = err
+		} else {
+			s.failed = fmt.Errorf("%w: %w", ErrReadOnly, err)
+		}
+		s.logger.Error("storage: write failure, now read-only", "err", err)
+	}
+	return s.failed
+}
+
+// mutable returns why the storage refuses mutations, or nil.
+func (s *Storage) mutable() error {
+	if s.closed {
+		return ErrClosed
+	}
+	return s.failure()
+}
+
+// Recovery adds are what a client recovering a ledger writes to re-replicate
+// its tail after fencing it; only they may write to a fenced ledger.
+//
+// AddEntry stores an entry: it verifies e (entry.Verify: ErrChecksum or
+// ErrMalformed, nothing stored), refuses fenced ledgers (ErrFenced) unless
+// recovery is set, refuses deleted ones (ErrNoLedger), journals it and, once the journal record is
+// durable, makes it readable (entry log, index, LAC) and calls done(nil).
+//
+// e must not be modified until done is called. done is called exactly once:
+// on the journal goroutine in journal order, or before AddEntry returns when
+// the entry is refused at once. It must be quick and must not block, nor
+// call Storage methods synchronously (it holds up the journal, and a method
+// may wait for it).
+func (s *Storage) AddEntry(e []byte, recovery bool, done func(err error)) {
+	h, err := entry.Verify(e)
+	if err == nil && (h.Ledger < 0 || h.Entry < 0) {
+		err = fmt.Errorf("%w: negative ledger %d or entry %d", ErrMalformed, h.Ledger, h.Entry)
+	}
+	if err == nil {
+		err = s.appendAdd(h, e, recovery, done)
+	}
+	if err != nil {
+		done(err)
+	}
+}
+
+func (s *Storage) appendAdd(h entry.Header, e []byte, recovery bool, done func(error)) error {
+	s.opMu.RLock()
+	defer s.opMu.RUnlock()
+	if err := s.mutable(); err != nil {
+		return err
+	}
+	switch fenced, deleted := s.cachedFlags(h.Ledger); {
+	case deleted:
+		return fmt.Errorf("%w: ledger %d was deleted", ErrNoLedger, h.Ledger)
+	case fenced && !recovery:
+		return fmt.Errorf("%w: ledger %d", ErrFenced, h.Ledger)
+	}
+	typ := recordAdd
+	if recovery {
+		typ = recordRecoveryAdd
+	}
+	s.jnl.Append(typ, e, func(end journal.Position, err error) {
+		if err != nil {
+			done(s.journalFailed(err))
+			return
+		}
+		done(s.applyAdd(end, e, recovery))
+	})
+	return nil
+}
+
+// journalFailed handles a journal error for a record: the journal refuses
+// everything after a failure, so the storage goes read-only too.
+func (s *Storage) journalFailed(err error) error {
+	if errors.Is(err, journal.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	s.fail(err)
+	return err
+}
+
+// Fence marks the ledger fenced and calls done with its LAC and last entry
+// (-1 for none). The fence is journaled, so it survives a crash; adds
+// journaled after it fail with ErrFenced. Fencing an unknown ledger creates
+// it (fenced, no entries); fencing a deleted one fails with ErrNoLedger.
+// done is called like AddEntry's.
+func (s *Storage) Fence(ledger int64, done func(lac, lastEntry int64, err error)) {
+	if journaled, lac, last, err := s.appendFence(ledger, done); !journaled {
+		done(lac, last, err)
+	}
+}
+
+// appendFence journals a fence or, when it can answer at once, returns
+// journaled false with the answer.
+func (s *Storage) appendFence(ledger int64, done func(lac, lastEntry int64, err error)) (journaled bool, lac, last int64, err error) {
+	if ledger < 0 {
+		return false, -1, -1, fmt.Errorf("%w: %d", ErrNoLedger, ledger)
+	}
+	s.opMu.RLock()
+	defer s.opMu.RUnlock()
+	if err := s.mutable(); err != nil {
+		return false, -1, -1, err
+	}
+	s.ledgersMu.Lock()
+	st, err := s.stateLocked(ledger, false)
+	if err == nil && st != nil {
+		switch {
+		case st.rec.deleted:
+			err = fmt.Errorf("%w: ledger %d was deleted", ErrNoLedger, ledger)
+		case st.rec.fenced:
+			// Applied, hence durable: answer without journaling again.
+			if err = s.loadLACLocked(ledger, st); err == nil {
+				lac, last = st.lac, st.last
+				s.ledgersMu.Unlock()
+				return false, lac, last, nil
+			}
+		}
+	}
+	s.ledgersMu.Unlock()
+	if err != nil {
+		return false, -1, -1, err
+	}
+	s.jnl.Append(recordFence, ledgerBody(ledger), func(end journal.Position, err error) {
+		if err != nil {
+			done(-1, -1, s.journalFailed(err))
+			return
+		}
+		done(s.applyFence(end, ledger))
+	})
+	return true, 0, 0, nil
+}
+
+// Delete removes the ledger: its index entries and state go (a tombstone
+// stays, so late adds are refused), its bytes in the entry logs become
+// garbage for GC. The delete is journaled, so it survives a crash. Deleting
+// a ledger already deleted succeeds. done is called like AddEntry's.
+func (s *Storage) Delete(ledger int64, done func(err error)) {
+	if journaled, err := s.appendDelete(ledger, done); !journaled {
+		done(err)
+	}
+}
+
+// appendDelete journals a delete or, when it can answer at once, returns
+// journaled false with the answer.
+func (s *Storage) appendDelete(ledger int64, done func(error)) (journaled bool, err error) {
+	if ledger < 0 {
+		return false, fmt.Errorf("%w: %d", ErrNoLedger, ledger)
+	}
+	s.opMu.RLock()
+	defer s.opMu.RUnlock()
+	if err := s.mutable(); err != nil {
+		return false, err
+	}
+	s.ledgersMu.Lock()
+	st, err := s.stateLocked(ledger, false)
+	deleted := st != nil && st.rec.deleted
+	s.ledgersMu.Unlock()
+	if err != nil || deleted {
+		return false, err
+	}
+	s.jnl.Append(recordDelete, ledgerBody(ledger), func(end journal.Position, err error) {
+		if err != nil {
+			done(s.journalFailed(err))
+			return
+		}
+		done(s.applyDelete(end, ledger))
+	})
+	return true, nil
+}
+
+// ReadEntry returns a copy of the stored entry. It checks the record
+// against the index and the entry's checksum and header against what was
+// asked: a mismatch is a *CorruptionError naming the log and offset.
+// ErrNoLedger if the bookie holds nothing of the ledger (or deleted it),
+// ErrNoEntry if it holds the ledger but not that entry. Entries still in
+// the entry-log write buffer are served from it.
+func (s *Storage) ReadEntry(ledger, entryID int64) ([]byte, error) {
+	s.opMu.RLock()
+	defer s.opMu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	for attempt := 1; ; attempt++ {
+		loc, ok, err := s.idx.location(ledger, entryID)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			rec, ok, err := s.idx.ledger(ledger)
+			switch {
+			case err != nil:
+				return nil, err
+			case !ok || rec.deleted:
+				return nil, fmt.Errorf("%w: %d", ErrNoLedger, ledger)
+			default:
+				return nil, fmt.Errorf("%w: ledger %d entry %d", ErrNoEntry, ledger, entryID)
+			}
+		}
+		e, err := s.readLoc(ledger, entryID, loc, attempt)
+		if err == errLogGone {
+			continue // GC moved the entry and removed the log; look again
+		}
+		return e, err
+	}
+}
+
+// readLoc reads and checks the entry (ledger, entryID) at loc. If the log
+// no longer exists it returns errLogGone, for the caller to look the entry
+// up again (GC repoints entries before it removes a log), unless this was
+// the last attempt: then the index points into a missing log, which is
+// corruption.
+func (s *Storage) readLoc(ledger, entryID int64, loc location, attempt int) ([]byte, error) {
+	e, err := s.logs.read(loc)
+	if err == errLogGone {
+		if attempt < maxReadAttempts {
+			return nil, errLogGone
+		}
+		return nil, corruptf(s.logs.path(loc.log), loc.offset-recordPrefixSize, "entry log missing (ledger %d entry %d)", ledger, entryID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	h, err := entry.Verify(e)
+	if err != nil {
+		return nil, &CorruptionError{File: s.logs.path(loc.log), Offset: loc.offset - recordPrefixSize, Err: err}
+	}
+	if h.Ledger != ledger || h.Entry != entryID {
+		return nil, corruptf(s.logs.path(loc.log), loc.offset-recordPrefixSize, "record holds ledger %d entry %d, index says ledger %d entry %d",
+			h.Ledger, h.Entry, ledger, entryID)
+	}
+	return e, nil
+}
+
+func ledgerBody(ledger int64) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(ledger))
+}
