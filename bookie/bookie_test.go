@@ -1,0 +1,158 @@
+package bookie
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/storage"
+	"github.com/magnetar-io/magnetar/meta"
+	"github.com/magnetar-io/magnetar/meta/local"
+)
+
+type node struct {
+	store *local.Store
+	fs    vfs.FS
+	dir   string
+	id    string
+}
+
+func (n *node) start(t *testing.T) (*Bookie, error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(context.Background(), Config{
+		Listener: ln,
+		ID:       n.id,
+		Storage:  storage.Options{FS: n.fs, Dir: n.dir, CheckpointInterval: -1, GCInterval: -1},
+		Meta:     n.store,
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		ln.Close()
+	}
+	return b, err
+}
+
+func stop(t *testing.T, b *Bookie) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+func newNode(t *testing.T) *node {
+	s, err := local.Open(t.TempDir(), local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &node{store: s, fs: vfs.NewMem(), dir: "/bookie", id: "127.0.0.1:3999"}
+}
+
+func registered(t *testing.T, s meta.Store, id string) bool {
+	t.Helper()
+	st, ok, err := s.Exists(context.Background(), meta.Join(meta.BookiesAvailableRoot, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok && !st.Ephemeral {
+		t.Fatalf("registration of %s is not ephemeral", id)
+	}
+	return ok
+}
+
+func TestRegistration(t *testing.T) {
+	n := newNode(t)
+	b, err := n.start(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !registered(t, n.store, n.id) {
+		t.Fatal("bookie not registered")
+	}
+	// After a session expiry the ephemeral node is gone; the bookie puts it back.
+	_, _, watch, err := n.store.ExistsW(context.Background(), meta.Join(meta.BookiesAvailableRoot, n.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.store.ExpireSession()
+	if ev := <-watch; ev.Type != meta.EventDeleted {
+		t.Fatalf("registration after expiry: %+v", ev)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !registered(t, n.store, n.id) {
+		if time.Now().After(deadline) {
+			t.Fatal("bookie did not register again after its session expired")
+		}
+		_, _, w, err := n.store.ExistsW(context.Background(), meta.Join(meta.BookiesAvailableRoot, n.id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-w:
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	stop(t, b)
+	if registered(t, n.store, n.id) {
+		t.Fatal("bookie still registered after shutdown")
+	}
+}
+
+func TestCookie(t *testing.T) {
+	n := newNode(t)
+	b, err := n.start(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(t, b)
+
+	// A restart on the same disks is fine.
+	if b, err = n.start(t); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	stop(t, b)
+
+	// The disk is wiped: the bookie must not rejoin as itself.
+	wiped := *n
+	wiped.fs = vfs.NewMem()
+	_, err = wiped.start(t)
+	if !errors.Is(err, ErrCookie) || !strings.Contains(err.Error(), "wiped") || !strings.Contains(err.Error(), n.id) {
+		t.Fatalf("start on a wiped disk: %v", err)
+	}
+	if registered(t, n.store, n.id) {
+		t.Fatal("a refused bookie registered itself")
+	}
+
+	// Another bookie's disk under this identity.
+	other := newNode(t)
+	other.id = "127.0.0.1:3998"
+	ob, err := other.start(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(t, ob)
+	swapped := *n
+	swapped.fs = other.fs
+	if _, err := swapped.start(t); !errors.Is(err, ErrCookie) {
+		t.Fatalf("start on another bookie's disk: %v", err)
+	}
+
+	// The metadata store was reset but the disk kept its cookie.
+	reset := *n
+	reset.store = newNode(t).store
+	if _, err := reset.start(t); !errors.Is(err, ErrCookie) || !strings.Contains(err.Error(), "metadata") {
+		t.Fatalf("start against a reset metadata store: %v", err)
+	}
+}

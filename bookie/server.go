@@ -1,0 +1,420 @@
+// Package bookie is the storage node: it serves the bookie protocol
+// (bookie/wire) over its ledger storage (bookie/storage), registers itself
+// in the metadata store and guards its identity with a cookie.
+package bookie
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/magnetar-io/magnetar/bookie/entry"
+	"github.com/magnetar-io/magnetar/bookie/wire"
+)
+
+// Storage is what the server needs of ledger storage. Callbacks run on the
+// storage's goroutine and must not block.
+type Storage interface {
+	// AddEntry stores an entry (bookie/entry format) and calls done once it
+	// is durable. recovery adds are accepted on fenced ledgers.
+	AddEntry(e []byte, recovery bool, done func(error))
+	// ReadEntry returns the stored entry; the slice is the caller's.
+	ReadEntry(ledger, entryID int64) ([]byte, error)
+	LastAddConfirmed(ledger int64) (lac, lastEntry int64, err error)
+	// WaitLAC blocks until the ledger's LAC passes after or ctx ends.
+	WaitLAC(ctx context.Context, ledger, after int64) (int64, error)
+	// Fence refuses further non-recovery adds, durably.
+	Fence(ledger int64, done func(lac, lastEntry int64, err error))
+	Delete(ledger int64, done func(error))
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	Storage Storage
+	Logger  *slog.Logger
+	// StatusOf maps a storage error to a wire status; nil uses
+	// wire.StatusOf (errors that wrap the wire sentinels).
+	StatusOf func(error) wire.Status
+	// MaxReadsInFlight bounds concurrent reads per connection; the
+	// connection stops reading requests while it is reached. Default 64.
+	MaxReadsInFlight int
+	// MaxWaitLAC bounds a WaitLAC timeout. Default 60 s.
+	MaxWaitLAC time.Duration
+	// MaxPending bounds the requests of one connection that are not yet
+	// answered (or whose answers are not yet written); the connection stops
+	// reading requests while it is reached. Default 10,000.
+	MaxPending int
+}
+
+// Server serves the bookie protocol on listeners.
+type Server struct {
+	cfg ServerConfig
+	log *slog.Logger
+
+	ctx    context.Context // cancelled at shutdown: ends WaitLAC calls
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	lns      map[net.Listener]struct{}
+	conns    map[*conn]struct{}
+	closing  bool
+	inflight sync.WaitGroup // connections
+}
+
+// NewServer checks cfg and returns a server.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Storage == nil {
+		return nil, errors.New("bookie: ServerConfig.Storage is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StatusOf == nil {
+		cfg.StatusOf = wire.StatusOf
+	}
+	if cfg.MaxReadsInFlight <= 0 {
+		cfg.MaxReadsInFlight = 64
+	}
+	if cfg.MaxWaitLAC <= 0 {
+		cfg.MaxWaitLAC = time.Minute
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 10000
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
+		lns: make(map[net.Listener]struct{}), conns: make(map[*conn]struct{})}, nil
+}
+
+// Serve accepts connections on ln until Shutdown. It returns nil after
+// Shutdown, or the accept error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			delete(s.lns, ln)
+			s.mu.Unlock()
+			if closing {
+				return nil
+			}
+			return fmt.Errorf("bookie: accept on %s: %w", ln.Addr(), err)
+		}
+		c := s.newConn(nc)
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.inflight.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// Shutdown stops accepting, stops reading new requests, waits (within ctx)
+// for requests in flight to be answered, and closes every connection.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for ln := range s.lns {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.stopReading()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// conn is one client connection: a reader that dispatches requests and a
+// writer that sends responses as they complete, in any order.
+//
+// Responses are queued without blocking, because they are produced on the
+// storage's callback goroutine, which a slow client must never stall. The
+// queue is bounded by slots: the reader takes one per request before
+// dispatching it, the writer returns it once the response is written.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	log *slog.Logger
+
+	slots   chan struct{}  // requests taken but not yet answered on the wire
+	reads   chan struct{}  // reads in flight
+	pending sync.WaitGroup // requests not yet answered
+
+	mu    sync.Mutex
+	queue [][]byte      // response frames not yet written
+	wake  chan struct{} // signals the writer (capacity 1)
+	done  bool          // no more responses will be queued
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	return &conn{s: s, nc: nc, log: s.log.With("remote", nc.RemoteAddr().String()),
+		slots: make(chan struct{}, s.cfg.MaxPending), reads: make(chan struct{}, s.cfg.MaxReadsInFlight),
+		wake: make(chan struct{}, 1)}
+}
+
+// stopReading makes the reader's next read fail, so it stops taking
+// requests; answers to those in flight still go out.
+func (c *conn) stopReading() { c.nc.SetReadDeadline(time.Now()) }
+
+func (c *conn) serve() {
+	defer c.s.inflight.Done()
+	wrote := make(chan struct{})
+	go func() { defer close(wrote); c.writeLoop() }()
+	c.readLoop()
+	c.pending.Wait() // every request is answered
+	c.mu.Lock()
+	c.done = true
+	c.mu.Unlock()
+	c.signal()
+	<-wrote
+	c.nc.Close()
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+}
+
+func (c *conn) readLoop() {
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	var buf []byte
+	for {
+		h, body, b, err := wire.ReadFrame(r, buf)
+		buf = b
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled):
+			return
+		case errors.Is(err, wire.ErrFrame):
+			c.log.Warn("bad frame from client; closing the connection", "err", err)
+			return
+		default:
+			var ne net.Error
+			if !(errors.As(err, &ne) && ne.Timeout()) { // a timeout is stopReading
+				c.log.Debug("connection read failed", "err", err)
+			}
+			return
+		}
+		c.slots <- struct{}{}
+		c.pending.Add(1)
+		c.dispatch(h, body)
+	}
+}
+
+// respond queues a response; it must be called exactly once per request.
+func (c *conn) respond(h wire.Header, st wire.Status, payload ...[]byte) {
+	parts := append([][]byte{wire.StatusBody(st)}, payload...)
+	frame := wire.AppendFrame(nil, h, parts...)
+	c.mu.Lock()
+	c.queue = append(c.queue, frame)
+	c.mu.Unlock()
+	c.signal()
+	c.pending.Done()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) fail(h wire.Header, err error) {
+	var st wire.Status
+	switch {
+	case errors.Is(err, entry.ErrChecksum):
+		st = wire.StatusChecksum
+	case errors.Is(err, entry.ErrMalformed):
+		st = wire.StatusMalformed
+	default:
+		st = c.s.cfg.StatusOf(err)
+	}
+	if st == wire.StatusInternal {
+		c.log.Error("request failed", "op", h.Op.String(), "err", err)
+	}
+	c.respond(h, st)
+}
+
+// dispatch handles one request. body is only valid until it returns.
+func (c *conn) dispatch(h wire.Header, body []byte) {
+	st := c.s.cfg.Storage
+	switch h.Op {
+	case wire.OpAdd:
+		e := append([]byte(nil), body...) // kept by storage until done
+		eh, err := entry.Verify(e)
+		if err != nil {
+			c.fail(h, err)
+			return
+		}
+		st.AddEntry(e, h.Flags&wire.FlagRecovery != 0, func(err error) {
+			if err != nil {
+				c.fail(h, err)
+				return
+			}
+			c.respond(h, wire.StatusOK, wire.LedgerEntry(eh.Ledger, eh.Entry))
+		})
+	case wire.OpRead:
+		vs, err := wire.ParseInt64s(body, 2)
+		if err != nil {
+			c.respond(h, wire.StatusMalformed)
+			return
+		}
+		fence := h.Flags&wire.FlagFence != 0
+		c.reads <- struct{}{}
+		go func() {
+			defer func() { <-c.reads }()
+			if fence {
+				if err := c.fence(vs[0]); err != nil {
+					c.fail(h, err)
+					return
+				}
+			}
+			e, err := st.ReadEntry(vs[0], vs[1])
+			if err != nil {
+				c.fail(h, err)
+				return
+			}
+			c.respond(h, wire.StatusOK, e)
+		}()
+	case wire.OpReadLAC:
+		vs, err := wire.ParseInt64s(body, 1)
+		if err != nil {
+			c.respond(h, wire.StatusMalformed)
+			return
+		}
+		if h.Flags&wire.FlagFence != 0 {
+			st.Fence(vs[0], func(lac, last int64, err error) {
+				if err != nil {
+					c.fail(h, err)
+					return
+				}
+				c.respond(h, wire.StatusOK, wire.Int64s(lac, last))
+			})
+			return
+		}
+		lac, last, err := st.LastAddConfirmed(vs[0])
+		if err != nil {
+			c.fail(h, err)
+			return
+		}
+		c.respond(h, wire.StatusOK, wire.Int64s(lac, last))
+	case wire.OpWaitLAC:
+		ledger, after, ms, err := wire.ParseWaitLAC(body)
+		if err != nil {
+			c.respond(h, wire.StatusMalformed)
+			return
+		}
+		timeout := min(time.Duration(ms)*time.Millisecond, c.s.cfg.MaxWaitLAC)
+		go func() {
+			ctx, cancel := context.WithTimeout(c.s.ctx, timeout)
+			defer cancel()
+			lac, err := st.WaitLAC(ctx, ledger, after)
+			switch {
+			case err == nil:
+				c.respond(h, wire.StatusOK, wire.Int64s(lac))
+			case errors.Is(err, context.DeadlineExceeded):
+				c.respond(h, wire.StatusTimeout)
+			case errors.Is(err, context.Canceled):
+				c.respond(h, wire.StatusShuttingDown)
+			default:
+				c.fail(h, err)
+			}
+		}()
+	case wire.OpDelete:
+		vs, err := wire.ParseInt64s(body, 1)
+		if err != nil {
+			c.respond(h, wire.StatusMalformed)
+			return
+		}
+		st.Delete(vs[0], func(err error) {
+			if err != nil {
+				c.fail(h, err)
+				return
+			}
+			c.respond(h, wire.StatusOK)
+		})
+	default:
+		c.log.Warn("unknown op from client", "op", h.Op.String())
+		c.respond(h, wire.StatusUnknownOp)
+	}
+}
+
+// fence fences a ledger synchronously (for fencing reads).
+func (c *conn) fence(ledger int64) error {
+	done := make(chan error, 1)
+	c.s.cfg.Storage.Fence(ledger, func(_, _ int64, err error) { done <- err })
+	return <-done
+}
+
+// writeLoop writes queued responses, one flush per batch. After a write
+// error it keeps discarding responses (returning their slots) so that the
+// reader, if blocked on a slot, wakes up and sees the closed socket.
+func (c *conn) writeLoop() {
+	w := bufio.NewWriterSize(c.nc, 64<<10)
+	var batch [][]byte
+	failed := false
+	for {
+		c.mu.Lock()
+		batch, c.queue = c.queue, batch[:0]
+		done := c.done
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			if done { // every response was queued before done was set
+				if !failed {
+					w.Flush()
+				}
+				return
+			}
+			<-c.wake
+			continue
+		}
+		for i, frame := range batch {
+			if !failed {
+				if _, err := w.Write(frame); err != nil {
+					failed = true
+					c.nc.Close()
+				}
+			}
+			batch[i] = nil
+			<-c.slots
+		}
+		if !failed {
+			if err := w.Flush(); err != nil {
+				failed = true
+				c.nc.Close()
+			}
+		}
+	}
+}
