@@ -35,6 +35,7 @@ type app struct {
 
 	// Hooks, replaced in tests.
 	runStandalone func(cfg standaloneConfig) error  // the standalone server
+	runBookie     func(cfg bookieConfig) error      // a bookie process
 	notify        func() (<-chan os.Signal, func()) // SIGINT and SIGTERM
 	hostname      func() (string, error)            // advertised host of 0.0.0.0
 }
@@ -48,6 +49,7 @@ func newApp(stdout, stderr io.Writer) *app {
 		hostname: os.Hostname,
 	}
 	a.runStandalone = a.standalone
+	a.runBookie = a.bookie
 	return a
 }
 

@@ -210,6 +210,7 @@ func startStandaloneProc(t *testing.T, extra ...string) (*proc, readyLine) {
 	args := append([]string{"standalone",
 		"--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--http-listen", "127.0.0.1:0",
+		"--bookie-listen", "127.0.0.1:0",
 		"--pulsar-listen", "127.0.0.1:0",
 		"--kafka-listen", "127.0.0.1:0",
 		"--metadata-store", "local:",
@@ -258,7 +259,7 @@ func TestStandaloneServesAndStops(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			p, ready := startStandaloneProc(t)
-			if ready.Serving != "http" || ready.NotServingYet != "pulsar,kafka" {
+			if ready.Serving != "http,bookie" || ready.NotServingYet != "pulsar,kafka" {
 				t.Errorf("ready line says serving %q, not serving %q", ready.Serving, ready.NotServingYet)
 			}
 			if ready.PulsarAdvertised != "127.0.0.1:0" || ready.KafkaAdvertised != "127.0.0.1:0" {
@@ -363,7 +364,7 @@ func TestStandalonePortInUse(t *testing.T) {
 	}
 	defer busy.Close()
 	addr := busy.Addr().String()
-	p := startMagnetar(t, "standalone", "--data-dir", t.TempDir(), "--http-listen", addr)
+	p := startMagnetar(t, "standalone", "--data-dir", t.TempDir(), "--http-listen", addr, "--bookie-listen", "127.0.0.1:0")
 	if code := p.wait(30 * time.Second); code != 1 {
 		t.Fatalf("exit code %d, want 1", code)
 	}
@@ -395,7 +396,7 @@ func TestStandaloneUnwritableDataDir(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startMagnetar(t, "standalone", "--data-dir", tc.dir, "--http-listen", "127.0.0.1:0")
+			p := startMagnetar(t, "standalone", "--data-dir", tc.dir, "--http-listen", "127.0.0.1:0", "--bookie-listen", "127.0.0.1:0")
 			if code := p.wait(30 * time.Second); code != 1 {
 				t.Fatalf("exit code %d, want 1", code)
 			}

@@ -39,8 +39,11 @@ var globalSettings = []setting{
 	{"log-format", "text", "format", "log format: text (key=value) or json; one line per event, on stderr"},
 }
 
-// standaloneSettings are the settings of `magnetar standalone`.
-var standaloneSettings = []setting{
+// standaloneSettings are the settings of `magnetar standalone`: its own,
+// then those of the bookie it runs in-process.
+var standaloneSettings = append(standaloneOwnSettings, bookieStorageSettings...)
+
+var standaloneOwnSettings = []setting{
 	{"data-dir", "./data", "dir", "directory for all data; created if missing, must be writable"},
 	{"pulsar-listen", "0.0.0.0:6650", "host:port", "Pulsar protocol listen address; checked, but the Pulsar protocol is not served yet"},
 	{"kafka-listen", "0.0.0.0:9092", "host:port", "Kafka protocol listen address; checked, but the Kafka protocol is not served yet"},
@@ -48,6 +51,7 @@ var standaloneSettings = []setting{
 	{"advertised-host", "", "host", "host that Pulsar lookups and Kafka Metadata tell clients to connect to (default: the host of each listen address, or this machine's hostname when it is 0.0.0.0 or ::)"},
 	{"metadata-store", "local:", "url", "metadata store: local: (embedded, in <data-dir>/meta), local:DIR, or zk:HOST:PORT[,HOST:PORT...][/CHROOT] for ZooKeeper"},
 	{"zk-session-timeout", "30s", "duration", "ZooKeeper session timeout, for zk: metadata stores"},
+	{"bookie-listen", "127.0.0.1:3181", "host:port", "listen address of the in-process bookie; its address is the bookie's identity in ledger metadata, so keep it stable"},
 }
 
 // fileKeys are the keys a config file may hold: every command's settings
@@ -55,7 +59,7 @@ var standaloneSettings = []setting{
 // another command uses is not an error.
 func fileKeys() map[string]bool {
 	keys := map[string]bool{}
-	for _, list := range [][]setting{globalSettings, standaloneSettings} {
+	for _, list := range [][]setting{globalSettings, standaloneSettings, bookieSettings} {
 		for _, s := range list {
 			if s.name != "config" {
 				keys[s.name] = true

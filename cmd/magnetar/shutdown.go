@@ -53,3 +53,27 @@ func awaitShutdown(log *slog.Logger, sigs <-chan os.Signal, failed <-chan error,
 		return errSecondSignal
 	}
 }
+
+// watchStartup cancels the returned context if a signal arrives while a
+// command starts up (connecting to ZooKeeper can take a while). started
+// stops the watch and returns the signal that arrived, if any; later
+// signals are left on sigs for awaitShutdown.
+func watchStartup(sigs <-chan os.Signal) (ctx context.Context, started func() os.Signal) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var sig os.Signal
+	stop, watching := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watching)
+		select {
+		case sig = <-sigs:
+			cancel()
+		case <-stop:
+		}
+	}()
+	return ctx, func() os.Signal {
+		close(stop)
+		<-watching
+		cancel()
+		return sig
+	}
+}

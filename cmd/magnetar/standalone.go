@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/storage"
 	"github.com/magnetar-io/magnetar/meta"
 	"github.com/magnetar-io/magnetar/protocol/admin"
 )
@@ -34,6 +36,8 @@ type standaloneConfig struct {
 	AdvertisedHost   string // "" means: per listener (see advertisedHost)
 	MetadataStore    metadataStoreURL
 	ZKSessionTimeout time.Duration
+	BookieListen     string
+	BookieStorage    storage.Options
 }
 
 func newStandaloneCommand(a *app) *cobra.Command {
@@ -68,12 +72,6 @@ func resolveStandalone(sv *settingValues) (standaloneConfig, error) {
 	var cfg standaloneConfig
 	var err error
 	s := func(name string) setting { return lookupSetting(standaloneSettings, name) }
-	nonEmpty := func(v string) (string, error) {
-		if v == "" {
-			return "", errors.New("must not be empty")
-		}
-		return v, nil
-	}
 	if cfg.DataDir, err = check(sv, s("data-dir"), nonEmpty); err != nil {
 		return cfg, err
 	}
@@ -95,7 +93,11 @@ func resolveStandalone(sv *settingValues) (standaloneConfig, error) {
 	if cfg.ZKSessionTimeout, err = check(sv, s("zk-session-timeout"), parsePositiveDuration); err != nil {
 		return cfg, err
 	}
-	return cfg, nil
+	if cfg.BookieListen, err = check(sv, s("bookie-listen"), parseListen); err != nil {
+		return cfg, err
+	}
+	cfg.BookieStorage, err = resolveStorage(sv, cfg.DataDir)
+	return cfg, err
 }
 
 func parsePositiveDuration(s string) (time.Duration, error) {
@@ -115,23 +117,11 @@ func (a *app) standalone(cfg standaloneConfig) error {
 	defer stopSignals()
 	log := a.logger
 
-	// A signal during startup cancels it (connecting to ZooKeeper can take
-	// a while) and the process exits 0 without serving.
-	startCtx, cancelStart := context.WithCancel(context.Background())
-	defer cancelStart()
-	var startSignal os.Signal
-	watching, stopWatching := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watching)
-		select {
-		case startSignal = <-sigs:
-			cancelStart()
-		case <-stopWatching:
-		}
-	}()
+	// A signal during startup cancels it and the process exits 0 without
+	// serving.
+	startCtx, started := watchStartup(sigs)
 	s, err := startStandalone(startCtx, cfg, log, a.hostname)
-	close(stopWatching)
-	<-watching
+	startSignal := started()
 	if startSignal != nil {
 		log.Info("signal during startup; stopping", "signal", startSignal.String())
 		switch {
@@ -155,6 +145,7 @@ type runningStandalone struct {
 	cfg    standaloneConfig
 	log    *slog.Logger
 	store  meta.Store
+	bookie *bookie.Bookie
 	http   *admin.Server
 	served chan error // receives Serve's result
 
@@ -202,6 +193,16 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 		}
 	}()
 
+	s.bookie, err = startBookie(ctx, cfg.BookieListen, "", hostname, cfg.BookieStorage, s.store, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.bookie.Shutdown(context.Background())
+		}
+	}()
+
 	s.http, err = admin.New(admin.Config{
 		Listener: httpLn,
 		Gatherer: newMetricsRegistry(currentBuild()),
@@ -218,7 +219,8 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 // and what it advertises.
 func (s *runningStandalone) logReady() {
 	s.log.Info("magnetar standalone ready",
-		"serving", "http",
+		"serving", "http,bookie",
+		"bookie", s.bookie.ID(),
 		"not-serving-yet", "pulsar,kafka",
 		"http", boundAddr(s.cfg.HTTPListen, s.http.Addr()),
 		"pulsar-advertised", s.pulsarAdvertised,
@@ -248,14 +250,14 @@ func (s *runningStandalone) shutdown(ctx context.Context) error {
 		s.log.Warn("http connections did not drain in time; closed them", "err", httpErr)
 	}
 	closed := make(chan error, 1)
-	go func() { closed <- s.store.Close() }()
+	go func() { closed <- errors.Join(s.bookie.Shutdown(ctx), s.store.Close()) }()
 	select {
 	case err := <-closed:
 		if err != nil {
-			return errors.Join(httpErr, fmt.Errorf("closing metadata store: %w", err))
+			return errors.Join(httpErr, fmt.Errorf("closing bookie and metadata store: %w", err))
 		}
 	case <-ctx.Done():
-		return errors.Join(httpErr, fmt.Errorf("closing metadata store: %w", ctx.Err()))
+		return errors.Join(httpErr, fmt.Errorf("closing bookie and metadata store: %w", ctx.Err()))
 	}
 	return httpErr
 }

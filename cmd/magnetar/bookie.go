@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/journal"
+	"github.com/magnetar-io/magnetar/bookie/storage"
+	"github.com/magnetar-io/magnetar/meta"
+)
+
+// bookieStorageSettings tune a bookie's storage; `magnetar bookie` and
+// `magnetar standalone` (which runs one in-process) share them.
+var bookieStorageSettings = []setting{
+	{"journal-dir", "", "dir", "bookie journal directory, ideally on its own disk (default: <data-dir>/bookie/journal)"},
+	{"journal-sync", "true", "bool", "fsync the journal before acknowledging adds; false risks losing acknowledged entries on power loss or a machine crash (throughput tests only)"},
+	{"journal-max-group-bytes", "524288", "bytes", "group commit: flush the journal when a group of adds reaches this many bytes"},
+	{"journal-max-group-wait", "1ms", "duration", "group commit: longest an add waits for its group to fill (only with journal-flush-when-queue-empty=false)"},
+	{"journal-flush-when-queue-empty", "true", "bool", "group commit: flush as soon as no more adds are queued (lowest latency)"},
+	{"entry-log-max-size", "1073741824", "bytes", "start a new entry log when the current one passes this size"},
+	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files deleted"},
+	{"gc-interval", "60s", "duration", "how often the space of deleted ledgers is reclaimed"},
+	{"gc-min-live-ratio", "0.5", "ratio", "compact an entry log when less than this fraction of it is still live"},
+}
+
+// bookieSettings are the settings of `magnetar bookie`.
+var bookieSettings = append([]setting{
+	{"data-dir", "./data", "dir", "directory for the bookie's data (<data-dir>/bookie); created if missing"},
+	{"bookie-listen", "0.0.0.0:3181", "host:port", "bookie protocol listen address"},
+	{"advertised-host", "", "host", "host clients dial and the bookie's identity (default: the host of bookie-listen, or this machine's hostname for 0.0.0.0)"},
+	{"metadata-store", "local:", "url", "metadata store: zk:HOST:PORT[,HOST:PORT...][/CHROOT] for a cluster; local: (embedded, in <data-dir>/meta) for a single machine"},
+	{"zk-session-timeout", "30s", "duration", "ZooKeeper session timeout, for zk: metadata stores"},
+}, bookieStorageSettings...)
+
+func newBookieCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bookie",
+		Short: "Run a bookie: a storage node that keeps ledger entries",
+		Long: `Run a bookie: a storage node that keeps ledger entries durably.
+
+Adds are acknowledged once fsync'd to the journal (group commit); entries are
+also written to entry logs and indexed. The bookie registers itself in the
+metadata store under /bookies/available/<host:port> and checks the cookie in
+its directories against the metadata store, so a bookie whose disk was wiped
+cannot rejoin under its old identity.
+
+Stops on SIGTERM or SIGINT: deregisters, answers requests in flight, closes
+storage. A second signal exits at once.
+` + configHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolveBookie(a.vals)
+			if err != nil {
+				return err
+			}
+			return runtimeError(a.runBookie(cfg))
+		},
+	}
+	a.addSettings(cmd, bookieSettings)
+	return cmd
+}
+
+type bookieConfig struct {
+	DataDir          string
+	Listen           string
+	AdvertisedHost   string
+	MetadataStore    metadataStoreURL
+	ZKSessionTimeout time.Duration
+	Storage          storage.Options
+}
+
+func parseBool(s string) (bool, error) {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, errors.New("want true or false")
+	}
+	return b, nil
+}
+
+func parsePositiveInt(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, errors.New("want a positive whole number")
+	}
+	return n, nil
+}
+
+func parseRatio(s string) (float64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f > 1 {
+		return 0, errors.New("want a number from 0 to 1")
+	}
+	return f, nil
+}
+
+// resolveStorage reads the bookie storage settings; dataDir is the
+// command's data directory.
+func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) {
+	s := func(name string) setting { return lookupSetting(bookieStorageSettings, name) }
+	o := storage.Options{Dir: filepath.Join(dataDir, "bookie")}
+	var err error
+	if o.JournalDir, err = check(sv, s("journal-dir"), func(v string) (string, error) { return v, nil }); err != nil {
+		return o, err
+	}
+	sync, err := check(sv, s("journal-sync"), parseBool)
+	if err != nil {
+		return o, err
+	}
+	o.NoSync = !sync
+	groupBytes, err := check(sv, s("journal-max-group-bytes"), parsePositiveInt)
+	if err != nil {
+		return o, err
+	}
+	groupWait, err := check(sv, s("journal-max-group-wait"), parsePositiveDuration)
+	if err != nil {
+		return o, err
+	}
+	flushEmpty, err := check(sv, s("journal-flush-when-queue-empty"), parseBool)
+	if err != nil {
+		return o, err
+	}
+	o.Journal = journal.Options{MaxGroupBytes: int(groupBytes), MaxGroupWait: groupWait, NoFlushWhenQueueEmpty: !flushEmpty}
+	if o.EntryLogMaxSize, err = check(sv, s("entry-log-max-size"), parsePositiveInt); err != nil {
+		return o, err
+	}
+	if o.CheckpointInterval, err = check(sv, s("checkpoint-interval"), parsePositiveDuration); err != nil {
+		return o, err
+	}
+	if o.GCInterval, err = check(sv, s("gc-interval"), parsePositiveDuration); err != nil {
+		return o, err
+	}
+	if o.GCMinLiveRatio, err = check(sv, s("gc-min-live-ratio"), parseRatio); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func resolveBookie(sv *settingValues) (bookieConfig, error) {
+	var cfg bookieConfig
+	var err error
+	s := func(name string) setting { return lookupSetting(bookieSettings, name) }
+	if cfg.DataDir, err = check(sv, s("data-dir"), nonEmpty); err != nil {
+		return cfg, err
+	}
+	if cfg.Listen, err = check(sv, s("bookie-listen"), parseListen); err != nil {
+		return cfg, err
+	}
+	if cfg.AdvertisedHost, err = check(sv, s("advertised-host"), parseAdvertisedHost); err != nil {
+		return cfg, err
+	}
+	if cfg.MetadataStore, err = check(sv, s("metadata-store"), parseMetadataStore); err != nil {
+		return cfg, err
+	}
+	if cfg.ZKSessionTimeout, err = check(sv, s("zk-session-timeout"), parsePositiveDuration); err != nil {
+		return cfg, err
+	}
+	cfg.Storage, err = resolveStorage(sv, cfg.DataDir)
+	return cfg, err
+}
+
+func nonEmpty(v string) (string, error) {
+	if v == "" {
+		return "", errors.New("must not be empty")
+	}
+	return v, nil
+}
+
+// startBookie listens and starts a bookie on store. Its identity is the
+// advertised address, which must stay the same across restarts: ledger
+// metadata names bookies by it.
+func startBookie(ctx context.Context, listenAddr, configuredHost string, hostname func() (string, error), o storage.Options, store meta.Store, log *slog.Logger) (*bookie.Bookie, error) {
+	host, err := advertisedHost(configuredHost, listenAddr, hostname)
+	if err != nil {
+		return nil, fmt.Errorf("bookie listener: %w", err)
+	}
+	ln, err := listen("bookie", listenAddr)
+	if err != nil {
+		return nil, err
+	}
+	// With port 0 (tests), the identity is the port actually bound.
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	b, err := bookie.Start(ctx, bookie.Config{
+		Listener: ln,
+		ID:       net.JoinHostPort(host, port),
+		Storage:  o,
+		Meta:     store,
+		Logger:   log.With("component", "bookie"),
+		Version:  currentBuild().Version,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// bookieProcess runs `magnetar bookie`.
+func (a *app) bookie(cfg bookieConfig) error {
+	sigs, stopSignals := a.notify()
+	defer stopSignals()
+	log := a.logger
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return err
+	}
+	ctx, started := watchStartup(sigs)
+	store, err := openMetadataStore(ctx, cfg.MetadataStore, cfg.DataDir, cfg.ZKSessionTimeout, log)
+	if err != nil {
+		started()
+		return err
+	}
+	b, err := startBookie(ctx, cfg.Listen, cfg.AdvertisedHost, a.hostname, cfg.Storage, store, log)
+	if sig := started(); sig != nil {
+		log.Info("signal during startup; stopping", "signal", sig.String())
+		switch {
+		case err == nil:
+			err = b.Shutdown(context.Background())
+		case errors.Is(err, context.Canceled):
+			err = nil // startup cut short, as asked
+		}
+		return errors.Join(err, store.Close())
+	}
+	if err != nil {
+		store.Close()
+		return err
+	}
+	log.Info("magnetar bookie ready", "id", b.ID(), "listen", cfg.Listen, "data-dir", cfg.DataDir, "metadata-store", cfg.MetadataStore.String())
+	return awaitShutdown(log, sigs, nil, func(ctx context.Context) error {
+		return errors.Join(b.Shutdown(ctx), store.Close())
+	}, shutdownTimeout)
+}
