@@ -308,6 +308,22 @@ func (c *conn) dispatch(h wire.Header, body []byte) {
 			}
 			c.respond(h, wire.StatusOK, e)
 		}()
+	case wire.OpReadRange:
+		ledger, first, last, maxBytes, err := wire.ParseReadRange(body)
+		if err != nil || last < first {
+			c.respond(h, wire.StatusMalformed)
+			return
+		}
+		c.reads <- struct{}{}
+		go func() {
+			defer func() { <-c.reads }()
+			entries, err := readRange(st, c.s.cfg.StatusOf, ledger, first, last, int(min(maxBytes, wire.MaxFrameSize-HeaderRoom)))
+			if err != nil {
+				c.fail(h, err)
+				return
+			}
+			c.respond(h, wire.StatusOK, wire.AppendEntries(nil, entries))
+		}()
 	case wire.OpReadLAC:
 		vs, err := wire.ParseInt64s(body, 1)
 		if err != nil {
@@ -369,6 +385,32 @@ func (c *conn) dispatch(h wire.Header, body []byte) {
 		c.log.Warn("unknown op from client", "op", h.Op.String())
 		c.respond(h, wire.StatusUnknownOp)
 	}
+}
+
+// HeaderRoom is what a response frame needs beside its entries.
+const HeaderRoom = 64
+
+// readRange reads consecutive entries from first to last, stopping at the
+// first missing one or before maxBytes would be passed; the first entry is
+// always included.
+func readRange(st Storage, statusOf func(error) wire.Status, ledger, first, last int64, maxBytes int) ([][]byte, error) {
+	var entries [][]byte
+	size := 0
+	for id := first; id <= last; id++ {
+		e, err := st.ReadEntry(ledger, id)
+		if err != nil {
+			if len(entries) > 0 && statusOf(err) == wire.StatusNoEntry {
+				break
+			}
+			return nil, err
+		}
+		if len(entries) > 0 && size+4+len(e) > maxBytes {
+			break
+		}
+		entries = append(entries, e)
+		size += 4 + len(e)
+	}
+	return entries, nil
 }
 
 // fence fences a ledger synchronously (for fencing reads).

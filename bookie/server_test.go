@@ -318,3 +318,52 @@ func TestSlowClientDoesNotBlockStorage(t *testing.T) {
 		t.Fatalf("shutdown with a stuck client: %v", err)
 	}
 }
+
+func TestReadRange(t *testing.T) {
+	_, c := startServer(t, newMemStorage())
+	r := bufio.NewReader(c)
+	var req []byte
+	for i := range 10 {
+		e := entry.Encode(nil, entry.Header{Ledger: 5, Entry: int64(i), LAC: int64(i) - 1}, make([]byte, 100))
+		req = wire.AppendFrame(req, wire.Header{Op: wire.OpAdd, ReqID: uint64(i)}, e)
+	}
+	c.Write(req)
+	for range 10 {
+		readResponse(t, r)
+	}
+	cases := []struct {
+		first, last int64
+		maxBytes    uint32
+		want        int
+		status      wire.Status
+	}{
+		{0, 9, 1 << 20, 10, wire.StatusOK},
+		{3, 5, 1 << 20, 3, wire.StatusOK},
+		{8, 20, 1 << 20, 2, wire.StatusOK}, // stops at the first missing entry
+		{0, 9, 300, 2, wire.StatusOK},      // two 140-byte entries fit in 300
+		{0, 9, 1, 1, wire.StatusOK},        // always at least one
+		{10, 12, 1 << 20, 0, wire.StatusNoEntry},
+		{5, 4, 1 << 20, 0, wire.StatusMalformed},
+	}
+	for i, tc := range cases {
+		c.Write(wire.AppendFrame(nil, wire.Header{Op: wire.OpReadRange, ReqID: uint64(100 + i)}, wire.ReadRange(5, tc.first, tc.last, tc.maxBytes)))
+		resp := readResponse(t, r)
+		if resp.status != tc.status {
+			t.Errorf("range %d-%d/%d: status %d, want %d", tc.first, tc.last, tc.maxBytes, resp.status, tc.status)
+			continue
+		}
+		if tc.status != wire.StatusOK {
+			continue
+		}
+		entries, err := wire.ParseEntries(resp.payload)
+		if err != nil || len(entries) != tc.want {
+			t.Errorf("range %d-%d/%d: %d entries (%v), want %d", tc.first, tc.last, tc.maxBytes, len(entries), err, tc.want)
+			continue
+		}
+		for j, e := range entries {
+			if h, err := entry.Verify(e); err != nil || h.Entry != tc.first+int64(j) {
+				t.Errorf("range %d-%d: entry %d is %+v %v", tc.first, tc.last, j, h, err)
+			}
+		}
+	}
+}

@@ -20,10 +20,15 @@
 //	ReadLAC  3  ledger u64                              lac i64 | last entry i64
 //	WaitLAC  4  ledger u64 | after i64 | timeout ms u32 lac i64
 //	Delete   5  ledger u64                              (nothing)
+//	ReadRange 6 ledger u64 | first u64 | last u64 |     count u32 | (length u32 | entry) × count
+//	            max bytes u32
 //
 // Flags: FlagRecovery on Add writes to a fenced ledger (only recovery may);
 // FlagFence on Read and ReadLAC fences the ledger first, so the old writer's
-// adds fail from then on. WaitLAC answers when the bookie's LAC for the
+// adds fail from then on. ReadRange returns consecutive entries from first,
+// stopping after last, at the first entry the bookie lacks, or before the
+// response would pass max bytes (it always holds at least one entry);
+// StatusNoEntry if it has not even the first. WaitLAC answers when the bookie's LAC for the
 // ledger passes `after`, or with StatusTimeout when the timeout ends.
 //
 // These constants are a wire format: change them only with a new version.
@@ -51,11 +56,12 @@ const MaxFrameSize = entry.MaxSize + HeaderSize + 64
 type Op uint8
 
 const (
-	OpAdd     Op = 1
-	OpRead    Op = 2
-	OpReadLAC Op = 3
-	OpWaitLAC Op = 4
-	OpDelete  Op = 5
+	OpAdd       Op = 1
+	OpRead      Op = 2
+	OpReadLAC   Op = 3
+	OpWaitLAC   Op = 4
+	OpDelete    Op = 5
+	OpReadRange Op = 6
 )
 
 func (o Op) String() string {
@@ -70,6 +76,8 @@ func (o Op) String() string {
 		return "wait-lac"
 	case OpDelete:
 		return "delete"
+	case OpReadRange:
+		return "read-range"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -256,4 +264,59 @@ func ParseStatus(b []byte) (Status, []byte, error) {
 		return 0, nil, fmt.Errorf("%w: response body of %d bytes", ErrMalformed, len(b))
 	}
 	return Status(binary.BigEndian.Uint16(b)), b[2:], nil
+}
+
+// ReadRange is a ReadRange request body.
+func ReadRange(ledger, first, last int64, maxBytes uint32) []byte {
+	b := LedgerEntry(ledger, first)
+	b = binary.BigEndian.AppendUint64(b, uint64(last))
+	return binary.BigEndian.AppendUint32(b, maxBytes)
+}
+
+// ParseReadRange decodes a ReadRange request body.
+func ParseReadRange(b []byte) (ledger, first, last int64, maxBytes uint32, err error) {
+	if len(b) != 28 {
+		return 0, 0, 0, 0, fmt.Errorf("%w: read-range body of %d bytes, want 28", ErrMalformed, len(b))
+	}
+	return int64(binary.BigEndian.Uint64(b)), int64(binary.BigEndian.Uint64(b[8:])),
+		int64(binary.BigEndian.Uint64(b[16:])), binary.BigEndian.Uint32(b[24:]), nil
+}
+
+// AppendEntries appends a ReadRange response payload (after the status).
+func AppendEntries(dst []byte, entries [][]byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(entries)))
+	for _, e := range entries {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(e)))
+		dst = append(dst, e...)
+	}
+	return dst
+}
+
+// ParseEntries splits a ReadRange response payload into entries
+// (sub-slices of b).
+func ParseEntries(b []byte) ([][]byte, error) {
+	if len(b) < 4 {
+		return nil, fmt.Errorf("%w: entries payload of %d bytes", ErrMalformed, len(b))
+	}
+	n := binary.BigEndian.Uint32(b)
+	b = b[4:]
+	if uint64(n)*4 > uint64(len(b)) {
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", ErrMalformed, n, len(b))
+	}
+	entries := make([][]byte, 0, n)
+	for range n {
+		if len(b) < 4 {
+			return nil, fmt.Errorf("%w: entries payload cut short", ErrMalformed)
+		}
+		l := binary.BigEndian.Uint32(b)
+		if uint64(l) > uint64(len(b)-4) {
+			return nil, fmt.Errorf("%w: entry of %d bytes in %d", ErrMalformed, l, len(b)-4)
+		}
+		entries = append(entries, b[4:4+l])
+		b = b[4+l:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the entries", ErrMalformed, len(b))
+	}
+	return entries, nil
 }

@@ -89,3 +89,20 @@ func FuzzReadFrame(f *testing.F) {
 		}
 	})
 }
+
+func TestEntriesRoundTrip(t *testing.T) {
+	in := [][]byte{[]byte("a"), {}, []byte("ccc")}
+	out, err := ParseEntries(AppendEntries(nil, in))
+	if err != nil || len(out) != 3 || string(out[0]) != "a" || len(out[1]) != 0 || string(out[2]) != "ccc" {
+		t.Fatalf("ParseEntries = %q, %v", out, err)
+	}
+	for _, bad := range [][]byte{nil, {0, 0, 0, 9}, {0, 0, 0, 1, 0, 0, 0, 5, 1}, append(AppendEntries(nil, in), 0)} {
+		if _, err := ParseEntries(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("ParseEntries(%v) = %v, want ErrMalformed", bad, err)
+		}
+	}
+	l, f, last, mb, err := ParseReadRange(ReadRange(1, 2, 3, 4))
+	if err != nil || l != 1 || f != 2 || last != 3 || mb != 4 {
+		t.Fatalf("ParseReadRange = %d %d %d %d %v", l, f, last, mb, err)
+	}
+}
