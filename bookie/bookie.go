@@ -90,7 +90,7 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 			st.Close()
 		}
 	}()
-	srv, err := NewServer(ServerConfig{Storage: st, Logger: cfg.Logger, StatusOf: storageStatus})
+	srv, err := NewServer(ServerConfig{Storage: st, Logger: cfg.Logger, StatusOf: StorageStatus})
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +200,8 @@ func (b *Bookie) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// storageStatus maps ledger storage errors to wire statuses.
-func storageStatus(err error) wire.Status {
+// StorageStatus maps ledger storage errors to wire statuses.
+func StorageStatus(err error) wire.Status {
 	switch {
 	case errors.Is(err, storage.ErrFenced):
 		return wire.StatusFenced
@@ -213,6 +213,10 @@ func storageStatus(err error) wire.Status {
 		return wire.StatusShuttingDown
 	case errors.Is(err, storage.ErrReadOnly):
 		return wire.StatusReadOnly
+	case errors.Is(err, storage.ErrChecksum):
+		return wire.StatusChecksum
+	case errors.Is(err, storage.ErrMalformed):
+		return wire.StatusMalformed
 	}
 	return wire.StatusOf(err)
 }

@@ -1,0 +1,276 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/entry"
+	"github.com/magnetar-io/magnetar/bookie/storage"
+	"github.com/magnetar-io/magnetar/meta"
+	"github.com/magnetar-io/magnetar/meta/local"
+)
+
+// An in-process cluster for tests: a meta/local store and bookie servers
+// on 127.0.0.1:0 over real ledger storage (bookie/storage), each
+// registered as an ephemeral node under /bookies/available.
+
+// testLogger discards logs unless BKCLIENT_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("BKCLIENT_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// bookieStorage wraps *storage.Storage (a bookie.Storage) so that tests
+// can damage what a bookie serves or stall its adds.
+type bookieStorage struct {
+	*storage.Storage
+
+	corrupt atomic.Bool // flip a payload byte of every entry read
+
+	mu      sync.Mutex
+	stall   bool          // hold adds unanswered (until release)
+	stalled []func(error) // done callbacks of held adds
+}
+
+// AddEntry holds the add while stall is set.
+func (s *bookieStorage) AddEntry(e []byte, recovery bool, done func(error)) {
+	s.mu.Lock()
+	if s.stall {
+		s.stalled = append(s.stalled, done)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.Storage.AddEntry(e, recovery, done)
+}
+
+func (s *bookieStorage) ReadEntry(ledger, entryID int64) ([]byte, error) {
+	b, err := s.Storage.ReadEntry(ledger, entryID)
+	if err == nil && s.corrupt.Load() && len(b) > entry.HeaderSize {
+		b[len(b)-1] ^= 0x5a
+	}
+	return b, err
+}
+
+// release answers every held add with err and stops holding.
+func (s *bookieStorage) release(err error) {
+	s.mu.Lock()
+	held := s.stalled
+	s.stalled, s.stall = nil, false
+	s.mu.Unlock()
+	for _, done := range held {
+		done(err)
+	}
+}
+
+
+type testBookie struct {
+	addr    string
+	storage *bookieStorage
+	server  *bookie.Server
+	down    bool
+}
+
+type cluster struct {
+	t       testing.TB
+	meta    *local.Store
+	bookies []*testBookie
+	// onDisk puts storage in a temporary directory (without fsync) rather
+	// than in memory; benchmarks use it to keep the heap small.
+	onDisk bool
+}
+
+func newCluster(t testing.TB, n int) *cluster {
+	t.Helper()
+	store, err := local.Open(t.TempDir(), local.Options{Logger: testLogger(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &cluster{t: t, meta: store}
+	t.Cleanup(func() {
+		for _, b := range cl.bookies {
+			cl.stop(b)
+		}
+		store.Close()
+	})
+	if err := meta.EnsurePath(context.Background(), store, meta.BookiesAvailableRoot); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		cl.addBookie()
+	}
+	return cl
+}
+
+// addBookie starts a bookie and registers it.
+func (cl *cluster) addBookie() *testBookie {
+	t := cl.t
+	t.Helper()
+	opts := storage.Options{FS: vfs.NewMem(), Dir: fmt.Sprintf("/b%d", len(cl.bookies)+1),
+		CheckpointInterval: -1, GCInterval: -1, Logger: testLogger()}
+	if cl.onDisk {
+		opts.FS, opts.Dir, opts.NoSync = vfs.Default, t.TempDir(), true
+	}
+	st, err := storage.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := &bookieStorage{Storage: st}
+	srv, err := bookie.NewServer(bookie.ServerConfig{Storage: bs, StatusOf: bookie.StorageStatus, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	b := &testBookie{addr: ln.Addr().String(), storage: bs, server: srv}
+	cl.bookies = append(cl.bookies, b)
+	if _, err := cl.meta.Create(context.Background(), meta.Join(meta.BookiesAvailableRoot, b.addr), []byte(`{}`), meta.Ephemeral); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// kill makes a bookie fail: its registration goes, its connections break
+// and new ones are refused.
+func (cl *cluster) kill(b *testBookie) {
+	cl.t.Helper()
+	if err := cl.meta.Delete(context.Background(), meta.Join(meta.BookiesAvailableRoot, b.addr), meta.AnyVersion); err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.stop(b)
+}
+
+func (cl *cluster) stop(b *testBookie) {
+	if b.down {
+		return
+	}
+	b.down = true
+	b.storage.release(storage.ErrClosed)
+	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	b.server.Shutdown(expired)
+	b.storage.Close()
+}
+
+// bookie returns the test bookie at addr.
+func (cl *cluster) bookie(addr string) *testBookie {
+	for _, b := range cl.bookies {
+		if b.addr == addr {
+			return b
+		}
+	}
+	cl.t.Fatalf("no bookie %s", addr)
+	return nil
+}
+
+// client returns a client on its own metadata session, closed at cleanup.
+// tweak, if given, adjusts its config.
+func (cl *cluster) client(tweak ...func(*Config)) *Client {
+	t := cl.t
+	t.Helper()
+	s, err := cl.meta.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Meta: s, Logger: testLogger(), DialTimeout: time.Second,
+		AddTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c
+}
+
+// testCtx is a context that ends with the test or after a minute.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// payload is the test payload of entry i of a stream.
+func payload(stream string, i int) []byte {
+	return []byte(fmt.Sprintf("%s-entry-%06d-%s", stream, i, bytes.Repeat([]byte{byte('a' + i%26)}, i%97)))
+}
+
+// appendAll appends n payloads asynchronously and returns a channel that
+// receives the ids (or errors) in completion order, closed after n.
+type result struct {
+	id  int64
+	err error
+}
+
+func appendAll(w *Writer, stream string, from, to int) <-chan result {
+	out := make(chan result, to-from)
+	var left atomic.Int64
+	left.Store(int64(to - from))
+	for i := from; i < to; i++ {
+		w.Append(payload(stream, i), func(id int64, err error) {
+			out <- result{id, err}
+			if left.Add(-1) == 0 {
+				close(out)
+			}
+		})
+	}
+	return out
+}
+
+// readAll reads entries 0..last and checks them against the stream.
+func checkEntries(t *testing.T, ctx context.Context, r *Reader, stream string, last int64) {
+	t.Helper()
+	if last < 0 {
+		return
+	}
+	es, err := r.Read(ctx, 0, last)
+	if err != nil {
+		t.Fatalf("read 0..%d: %v", last, err)
+	}
+	if len(es) != int(last+1) {
+		t.Fatalf("read %d entries, want %d", len(es), last+1)
+	}
+	for i, e := range es {
+		if e.ID != int64(i) || !bytes.Equal(e.Payload, payload(stream, i)) {
+			t.Fatalf("entry %d: id %d payload %.40q, want %.40q", i, e.ID, e.Payload, payload(stream, i))
+		}
+	}
+}
+
+func totalLength(stream string, n int) int64 {
+	var l int64
+	for i := range n {
+		l += int64(len(payload(stream, i)))
+	}
+	return l
+}

@@ -1,0 +1,317 @@
+package client
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/magnetar-io/magnetar/bookie/wire"
+)
+
+// errTimeout: a bookie did not answer a request before its deadline.
+var errTimeout = errors.New("bookie client: request timed out")
+
+// response is a bookie's answer to one request, or why there is none.
+type response struct {
+	status wire.Status
+	body   []byte // after the status; valid only during the callback
+	err    error  // transport failure or timeout; status and body are unset
+}
+
+// Err returns the transport error, else the status's error (nil for OK).
+func (r response) Err() error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.status.Err()
+}
+
+// call is a request waiting for its response.
+type call struct {
+	op       wire.Op
+	deadline time.Time
+	cb       func(response)
+}
+
+// outFrame is a request queued for the connection's writer. body is not
+// copied: it must not change until the frame is written (entries are
+// immutable once encoded, so one entry is shared by all its sends).
+type outFrame struct {
+	hdr  [4 + wire.HeaderSize]byte
+	body []byte
+}
+
+// putFrameHeader writes the size and header of a frame (bookie/wire) with
+// a body of n bytes.
+func putFrameHeader(dst *[4 + wire.HeaderSize]byte, h wire.Header, n int) {
+	binary.BigEndian.PutUint32(dst[0:], uint32(wire.HeaderSize+n))
+	dst[4] = wire.Version
+	dst[5] = byte(h.Op)
+	binary.BigEndian.PutUint16(dst[6:], h.Flags)
+	binary.BigEndian.PutUint64(dst[8:], h.ReqID)
+}
+
+// conn is one TCP connection to a bookie with pipelined requests: a writer
+// goroutine dials, then writes queued frames through a buffer it flushes
+// whenever the queue runs empty; a reader goroutine matches responses to
+// pending calls by request id. When the connection breaks, every pending
+// call fails at once and the conn is never used again (the pool dials a new
+// one on next use). Callbacks run on the reader goroutine, on the pool's
+// sweeper (timeouts) or on the goroutine that broke the connection; never
+// inside send.
+type conn struct {
+	addr        string
+	dialTimeout time.Duration
+	log         *slog.Logger
+
+	broken atomic.Bool   // set with err
+	done   chan struct{} // closed when broken
+
+	mu      sync.Mutex
+	nc      net.Conn // nil until dialed
+	nextID  uint64
+	pending map[uint64]call
+	queue   []outFrame
+	err     error         // why the connection is broken
+	wake    chan struct{} // signals the writer (capacity 1)
+}
+
+func newConn(addr string, dialTimeout time.Duration, log *slog.Logger) *conn {
+	c := &conn{addr: addr, dialTimeout: dialTimeout, log: log.With("bookie", addr),
+		done: make(chan struct{}), pending: make(map[uint64]call), wake: make(chan struct{}, 1)}
+	go c.writeLoop()
+	return c
+}
+
+// send queues a request. cb is called exactly once with the response, the
+// connection's failure or a timeout after timeout — unless send returns an
+// error (the connection is broken), in which case cb is never called.
+func (c *conn) send(op wire.Op, flags uint16, body []byte, timeout time.Duration, cb func(response)) error {
+	deadline := time.Now().Add(timeout)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = call{op: op, deadline: deadline, cb: cb}
+	c.queue = append(c.queue, outFrame{body: body})
+	putFrameHeader(&c.queue[len(c.queue)-1].hdr, wire.Header{Op: op, Flags: flags, ReqID: id}, len(body))
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// fail breaks the connection (once) and fails every pending call with err.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = fmt.Errorf("bookie %s: %w", c.addr, err)
+	c.broken.Store(true)
+	calls := c.pending
+	c.pending = nil
+	c.queue = nil
+	nc := c.nc
+	c.mu.Unlock()
+	close(c.done)
+	if nc != nil {
+		nc.Close()
+	}
+	if len(calls) > 0 && !errors.Is(err, ErrClosed) {
+		c.log.Debug("bookie connection failed", "pending", len(calls), "err", err)
+	}
+	for _, cl := range calls {
+		cl.cb(response{err: c.err})
+	}
+}
+
+// expire fails the calls whose deadline is before now.
+func (c *conn) expire(now time.Time) {
+	var expired []call
+	c.mu.Lock()
+	for id, cl := range c.pending {
+		if cl.deadline.Before(now) {
+			expired = append(expired, cl)
+			delete(c.pending, id)
+		}
+	}
+	c.mu.Unlock()
+	for _, cl := range expired {
+		cl.cb(response{err: fmt.Errorf("%w: %s to bookie %s", errTimeout, cl.op, c.addr)})
+	}
+}
+
+func (c *conn) writeLoop() {
+	d := net.Dialer{Timeout: c.dialTimeout}
+	nc, err := d.Dial("tcp", c.addr)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		nc.Close()
+		return
+	}
+	c.nc = nc
+	c.mu.Unlock()
+	go c.readLoop(nc)
+
+	w := bufio.NewWriterSize(nc, 64<<10)
+	var batch []outFrame
+	for {
+		c.mu.Lock()
+		batch, c.queue = c.queue, batch[:0]
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			if w.Buffered() > 0 {
+				if err := w.Flush(); err != nil {
+					c.fail(err)
+					return
+				}
+			}
+			select {
+			case <-c.wake:
+				continue
+			case <-c.done:
+				return
+			}
+		}
+		for i := range batch {
+			w.Write(batch[i].hdr[:])
+			if _, err := w.Write(batch[i].body); err != nil {
+				c.fail(err)
+				return
+			}
+			batch[i].body = nil
+		}
+	}
+}
+
+func (c *conn) readLoop(nc net.Conn) {
+	r := bufio.NewReaderSize(nc, 64<<10)
+	var buf []byte
+	for {
+		h, body, b, err := wire.ReadFrame(r, buf)
+		buf = b
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		cl, ok := c.pending[h.ReqID]
+		delete(c.pending, h.ReqID)
+		c.mu.Unlock()
+		if !ok {
+			continue // timed out already
+		}
+		st, payload, err := wire.ParseStatus(body)
+		if err != nil {
+			cl.cb(response{err: fmt.Errorf("bookie %s: %w", c.addr, err)})
+			c.fail(err)
+			return
+		}
+		cl.cb(response{status: st, body: payload})
+	}
+}
+
+// pool holds one connection per bookie address, dialed lazily, and a
+// sweeper that times out requests.
+type pool struct {
+	dialTimeout time.Duration
+	log         *slog.Logger
+	stop        chan struct{}
+	swept       sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[string]*conn
+	closed bool
+}
+
+func newPool(dialTimeout, sweepEvery time.Duration, log *slog.Logger) *pool {
+	p := &pool{dialTimeout: dialTimeout, log: log, stop: make(chan struct{}), conns: make(map[string]*conn)}
+	p.swept.Add(1)
+	go p.sweep(sweepEvery)
+	return p
+}
+
+// get returns the connection to addr, dialing a new one if there is none
+// or the last one broke. ErrClosed after close.
+func (p *pool) get(addr string) (*conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	c := p.conns[addr]
+	if c == nil || c.broken.Load() {
+		c = newConn(addr, p.dialTimeout, p.log)
+		p.conns[addr] = c
+	}
+	return c, nil
+}
+
+// send sends a request to addr; like conn.send, cb is not called when an
+// error is returned.
+func (p *pool) send(addr string, op wire.Op, flags uint16, body []byte, timeout time.Duration, cb func(response)) error {
+	c, err := p.get(addr)
+	if err != nil {
+		return err
+	}
+	return c.send(op, flags, body, timeout, cb)
+}
+
+func (p *pool) sweep(every time.Duration) {
+	defer p.swept.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			p.mu.Lock()
+			conns := make([]*conn, 0, len(p.conns))
+			for _, c := range p.conns {
+				conns = append(conns, c)
+			}
+			p.mu.Unlock()
+			for _, c := range conns {
+				c.expire(now)
+			}
+		}
+	}
+}
+
+// close fails every connection's pending calls with ErrClosed.
+func (p *pool) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	close(p.stop)
+	p.swept.Wait()
+	for _, c := range conns {
+		c.fail(ErrClosed)
+	}
+}

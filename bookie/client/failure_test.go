@@ -1,0 +1,392 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Failure scenarios, each a script over an in-process cluster.
+
+// ensembleBookie returns the test bookie at index i of the writer's
+// current ensemble.
+func ensembleBookie(cl *cluster, w *Writer, i int) *testBookie {
+	md := w.Metadata()
+	return cl.bookie(md.last().Bookies[i])
+}
+
+// A bookie of the ensemble fails during a stream of adds (killed, or
+// silently holding adds until AddTimeout): the writer replaces it by the
+// spare and goes on. Every add succeeds, in order, the metadata has two
+// ensembles, and everything reads back.
+func TestEnsembleChange(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail func(cl *cluster, b *testBookie)
+	}{
+		{"bookie killed", func(cl *cluster, b *testBookie) { cl.kill(b) }},
+		{"bookie stops answering adds", func(cl *cluster, b *testBookie) {
+			b.storage.mu.Lock()
+			b.storage.stall = true
+			b.storage.mu.Unlock()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			cl := newCluster(t, 4) // three for the ensemble, one spare
+			c := cl.client(func(cfg *Config) { cfg.AddTimeout = 300 * time.Millisecond })
+			w, err := c.CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 600
+			var (
+				mu   sync.Mutex
+				next int64
+			)
+			failAt := make(chan struct{})
+			all := make(chan struct{})
+			check := func(id int64, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil || id != next {
+					t.Errorf("completion %d: id %d err %v", next, id, err)
+				}
+				next++
+				if next == 100 {
+					close(failAt)
+				}
+				if next == n {
+					close(all)
+				}
+			}
+			for i := range 200 {
+				w.Append(payload("ens", i), check)
+			}
+			<-failAt
+			victim := ensembleBookie(cl, w, 1)
+			tc.fail(cl, victim)
+			for i := 200; i < n; i++ {
+				w.Append(payload("ens", i), check)
+			}
+			select {
+			case <-all:
+			case <-ctx.Done():
+				t.Fatal("adds did not complete")
+			}
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := r.Metadata()
+			if len(md.Ensembles) != 2 {
+				t.Fatalf("ensembles %+v, want 2", md.Ensembles)
+			}
+			second := md.Ensembles[1]
+			if second.FirstEntry < 100 || second.FirstEntry >= n || slices.Contains(second.Bookies, victim.addr) {
+				t.Fatalf("second ensemble %+v (victim %s)", second, victim.addr)
+			}
+			if md.State != StateClosed || md.LastEntry != n-1 || md.Length != totalLength("ens", n) {
+				t.Fatalf("metadata %+v", md)
+			}
+			checkEntries(t, ctx, r, "ens", n-1)
+		})
+	}
+}
+
+// With no spare, a failed bookie cannot be replaced: the pending adds that
+// lack their quorum fail with ErrNotEnoughBookies, later ones too, and
+// Close still closes the ledger at the LAC.
+func TestEnsembleChangeWithoutSpare(t *testing.T) {
+	ctx := testCtx(t)
+	cl := newCluster(t, 3)
+	w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range appendAll(w, "ns", 0, 10) {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	cl.kill(cl.bookies[0])
+	if _, err := w.AppendSync(ctx, payload("ns", 10)); !errors.Is(err, ErrNotEnoughBookies) {
+		t.Fatalf("append with a dead bookie and no spare: %v", err)
+	}
+	if _, err := w.AppendSync(ctx, payload("ns", 11)); !errors.Is(err, ErrNotEnoughBookies) {
+		t.Fatalf("append on a broken writer: %v", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if md := w.Metadata(); md.State != StateClosed || md.LastEntry != 9 {
+		t.Fatalf("metadata %+v", md)
+	}
+}
+
+// The writer "crashes" (is abandoned with adds in flight). Recovery by
+// another client closes the ledger with every acknowledged entry, the old
+// writer is fenced: its next add and its Close fail with ErrFenced.
+func TestRecoveryAfterWriterCrash(t *testing.T) {
+	for _, q := range []struct{ e, qw, qa int }{{3, 2, 2}, {3, 3, 2}, {5, 3, 2}, {1, 1, 1}} {
+		t.Run(fmt.Sprintf("%d-%d-%d", q.e, q.qw, q.qa), func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			cl := newCluster(t, q.e)
+			w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: q.e, WriteQuorum: q.qw, AckQuorum: q.qa})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range appendAll(w, "crash", 0, 50) {
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+			}
+			// More adds in flight while recovery runs.
+			var mu sync.Mutex
+			var acked []int64
+			var inflight sync.WaitGroup
+			inflight.Add(30)
+			for i := 50; i < 80; i++ {
+				w.Append(payload("crash", i), func(id int64, err error) {
+					if err == nil {
+						mu.Lock()
+						acked = append(acked, id)
+						mu.Unlock()
+					} else if !errors.Is(err, ErrFenced) {
+						t.Errorf("in-flight add %d: %v, want success or ErrFenced", id, err)
+					}
+					inflight.Done()
+				})
+			}
+
+			r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{Recovery: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := r.Metadata()
+			if md.State != StateClosed || md.LastEntry < 49 || md.LastEntry > 79 {
+				t.Fatalf("recovered metadata %+v", md)
+			}
+			if md.Length != totalLength("crash", int(md.LastEntry+1)) {
+				t.Fatalf("length %d, want %d", md.Length, totalLength("crash", int(md.LastEntry+1)))
+			}
+			if r.LastAddConfirmed() != md.LastEntry {
+				t.Fatalf("reader LAC %d, last entry %d", r.LastAddConfirmed(), md.LastEntry)
+			}
+			checkEntries(t, ctx, r, "crash", md.LastEntry)
+
+			if _, err := w.AppendSync(ctx, []byte("after recovery")); !errors.Is(err, ErrFenced) {
+				t.Fatalf("old writer's append after recovery: %v, want ErrFenced", err)
+			}
+			inflight.Wait()
+			mu.Lock()
+			for _, id := range acked {
+				if id > md.LastEntry {
+					t.Fatalf("entry %d was acknowledged but the recovered ledger ends at %d", id, md.LastEntry)
+				}
+			}
+			mu.Unlock()
+			if err := w.Close(ctx); !errors.Is(err, ErrFenced) {
+				t.Fatalf("old writer's Close: %v, want ErrFenced", err)
+			}
+			// Opening again (with or without recovery) sees the same ledger.
+			r2, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{Recovery: true})
+			if err != nil || r2.Metadata().LastEntry != md.LastEntry {
+				t.Fatalf("second open: %v, %+v", err, r2.Metadata())
+			}
+		})
+	}
+}
+
+// An idle writer (nothing in flight) is fenced too: recovery closes at its
+// LAC and its next add fails.
+func TestRecoveryOfIdleWriter(t *testing.T) {
+	for _, n := range []int{0, 1, 7} {
+		t.Run(fmt.Sprintf("%d entries", n), func(t *testing.T) {
+			ctx := testCtx(t)
+			cl := newCluster(t, 3)
+			w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if _, err := w.AppendSync(ctx, payload("idle", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{Recovery: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if md := r.Metadata(); md.LastEntry != int64(n-1) || md.Length != totalLength("idle", n) {
+				t.Fatalf("recovered %+v, want last entry %d", md, n-1)
+			}
+			checkEntries(t, ctx, r, "idle", int64(n-1))
+			if _, err := w.AppendSync(ctx, []byte("late")); !errors.Is(err, ErrFenced) {
+				t.Fatalf("append after recovery: %v, want ErrFenced", err)
+			}
+		})
+	}
+}
+
+// Two clients recover the same ledger at once: one closes it, the other
+// adopts its result.
+func TestConcurrentRecoveries(t *testing.T) {
+	ctx := testCtx(t)
+	cl := newCluster(t, 3)
+	w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range appendAll(w, "race", 0, 40) {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	appendAll(w, "race", 40, 60) // in flight, never waited for
+	const recoverers = 3
+	mds := make([]LedgerMetadata, recoverers)
+	errs := make([]error, recoverers)
+	var wg sync.WaitGroup
+	for i := range recoverers {
+		c := cl.client()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := c.OpenLedger(ctx, w.ID(), OpenOptions{Recovery: true})
+			if errs[i] = err; err == nil {
+				mds[i] = r.Metadata()
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range recoverers {
+		if errs[i] != nil {
+			t.Fatalf("recoverer %d: %v", i, errs[i])
+		}
+		if mds[i].State != StateClosed || mds[i].LastEntry != mds[0].LastEntry || mds[i].Length != mds[0].Length {
+			t.Fatalf("recoverers disagree: %+v vs %+v", mds[i], mds[0])
+		}
+	}
+	if mds[0].LastEntry < 39 {
+		t.Fatalf("recovered to %d, acknowledged 39", mds[0].LastEntry)
+	}
+	r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, ctx, r, "race", mds[0].LastEntry)
+}
+
+// Recovery needs Qw-Qa+1 fenced bookies in every write set: with 3/2/2 one
+// bookie down of three leaves that; two down do not, and recovery fails
+// clearly without changing the ledger's end.
+func TestRecoveryWithBookiesDown(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		down    int
+		wantErr error
+	}{
+		{"one of three down", 1, nil},
+		{"two of three down", 2, ErrNoQuorum},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			cl := newCluster(t, 3)
+			w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range appendAll(w, "down", 0, 30) {
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+			}
+			for _, b := range cl.bookies[:tc.down] {
+				cl.kill(b)
+			}
+			r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{Recovery: true})
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("recovery: %v, want %v", err, tc.wantErr)
+				}
+				t.Logf("recovery failed as expected: %v", err)
+				md := readMD(t, ctx, cl, w.ID())
+				if md.State != StateInRecovery {
+					t.Fatalf("state after a failed recovery: %s", md.State)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := r.Metadata()
+			if md.State != StateClosed || md.LastEntry != 29 || md.Length != totalLength("down", 30) {
+				t.Fatalf("recovered %+v", md)
+			}
+			checkEntries(t, ctx, r, "down", 29)
+		})
+	}
+}
+
+// A recoverer that died leaves the ledger IN_RECOVERY; the next one
+// finishes the job.
+func TestRecoveryResumesAfterRecovererDied(t *testing.T) {
+	ctx := testCtx(t)
+	cl := newCluster(t, 3)
+	w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range appendAll(w, "resume", 0, 10) {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	c := cl.client()
+	cur, err := c.readMetadata(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.updateMetadata(ctx, w.ID(), cur, func(m *LedgerMetadata) (bool, error) {
+		m.State = StateInRecovery
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The writer cannot close a ledger another client is recovering.
+	if err := w.Close(ctx); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Close of a ledger in recovery: %v, want ErrFenced", err)
+	}
+	r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{Recovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := r.Metadata(); md.State != StateClosed || md.LastEntry != 9 {
+		t.Fatalf("recovered %+v", md)
+	}
+}
+
+func readMD(t *testing.T, ctx context.Context, cl *cluster, id int64) LedgerMetadata {
+	t.Helper()
+	b, _, err := cl.meta.Get(ctx, ledgerPath(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := decodeMetadata(id, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md
+}

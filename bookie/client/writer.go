@@ -1,0 +1,460 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/magnetar-io/magnetar/bookie/entry"
+	"github.com/magnetar-io/magnetar/bookie/wire"
+)
+
+// Writer adds entries to a ledger it created. It is the ledger's only
+// writer. Its methods are safe for concurrent use.
+type Writer struct {
+	c   *Client
+	id  int64
+	log *slog.Logger
+
+	e, qw, qa int
+
+	// life ends when the writer is closed or aborted; it bounds ensemble
+	// changes.
+	life   context.Context
+	cancel context.CancelFunc
+
+	closeMu  sync.Mutex // serializes Close
+	closed   bool
+	closeErr error
+
+	mu sync.Mutex
+	// cur is the metadata as this writer last wrote it; ensemble is its
+	// last ensemble, which every pending entry belongs to (they are all
+	// after the LAC, and a new ensemble starts at LAC+1).
+	cur      versioned
+	ensemble []string
+	q        addQueue
+	next     int64 // id of the next entry
+	length   int64 // ledger length through next-1
+	lac      int64
+	lacLen   int64    // ledger length through lac
+	failed   []string // bookies of ensemble waiting to be replaced
+	changing bool     // an ensemble change is running; no completion meanwhile
+	err      error    // set once: the writer is broken and refuses adds
+	closing  bool     // Close started: adds are refused with ErrClosed
+	drained  chan struct{}
+
+	// Completions are handed, in order, to a goroutine of the writer's own
+	// that runs the done callbacks one at a time. It lives until the writer
+	// is finished; after that, one is started whenever a completion comes.
+	ready       []completion
+	wake        chan struct{}
+	delivering  bool // the delivery goroutine is running
+	stopDeliver bool // it may exit once ready is empty
+}
+
+// completion is one done callback to run, or a barrier to close.
+type completion struct {
+	done    func(int64, error)
+	id      int64
+	err     error
+	barrier chan struct{}
+}
+
+func newWriter(c *Client, id int64, cur versioned) *Writer {
+	w := &Writer{c: c, id: id, log: c.log.With("ledger", id),
+		e: cur.md.EnsembleSize, qw: cur.md.WriteQuorum, qa: cur.md.AckQuorum,
+		cur: cur, ensemble: slices.Clone(cur.md.last().Bookies),
+		lac: -1, wake: make(chan struct{}, 1), delivering: true}
+	w.life, w.cancel = context.WithCancel(context.Background())
+	go w.deliverLoop()
+	return w
+}
+
+// ID returns the ledger id.
+func (w *Writer) ID() int64 { return w.id }
+
+// LastAddConfirmed returns the last entry whose add completed, -1 if none.
+func (w *Writer) LastAddConfirmed() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lac
+}
+
+// Metadata returns a copy of the ledger metadata as this writer last
+// stored it.
+func (w *Writer) Metadata() LedgerMetadata {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cur.md.Clone()
+}
+
+// Append adds payload as the next entry, asynchronously. payload is the
+// caller's again once Append returns. done is called exactly once, in
+// entry order, with the entry id, or with an error: ErrFenced when another
+// client recovered the ledger, ErrClosed after Close, ErrNotEnoughBookies
+// when a failed bookie has no replacement, … After an error the writer is
+// broken and later appends fail (except an oversized payload, refused
+// without consequence). done runs on the writer's delivery goroutine and
+// must not call AppendSync or Close.
+func (w *Writer) Append(payload []byte, done func(entryID int64, err error)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.refuseLocked(); err != nil {
+		w.pushLocked(completion{done: done, id: -1, err: err})
+		return
+	}
+	if entry.HeaderSize+len(payload) > entry.MaxSize {
+		w.pushLocked(completion{done: done, id: -1, err: fmt.Errorf("%w: %d-byte payload, the limit is %d",
+			entry.ErrMalformed, len(payload), entry.MaxSize-entry.HeaderSize)})
+		return
+	}
+	id := w.next
+	w.next++
+	w.length += int64(len(payload))
+	h := entry.Header{Ledger: w.id, Entry: id, LAC: w.lac, Length: w.length}
+	p := &pendingAdd{id: id, length: w.length, done: done,
+		data: entry.Encode(make([]byte, 0, entry.HeaderSize+len(payload)), h, payload)}
+	w.q.push(p)
+	for i := range w.qw {
+		w.sendLocked(p, i)
+	}
+}
+
+// AppendSync appends payload and waits for its completion. If ctx ends
+// first it returns ctx's error; the add may still complete.
+func (w *Writer) AppendSync(ctx context.Context, payload []byte) (int64, error) {
+	type result struct {
+		id  int64
+		err error
+	}
+	ch := make(chan result, 1)
+	w.Append(payload, func(id int64, err error) { ch <- result{id, err} })
+	select {
+	case r := <-ch:
+		return r.id, r.err
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+// Close waits for pending adds to complete or fail and their callbacks to
+// run, then closes the ledger: metadata CLOSED with LastEntry the LAC and
+// Length the ledger length through it. It returns ErrFenced if another
+// client recovered the ledger meanwhile. If ctx ends first it returns ctx's
+// error and may be called again. Later calls return the first result.
+func (w *Writer) Close(ctx context.Context) error {
+	w.closeMu.Lock()
+	defer w.closeMu.Unlock()
+	if w.closed {
+		return w.closeErr
+	}
+	w.mu.Lock()
+	w.closing = true
+	for w.q.len() > 0 {
+		if w.drained == nil {
+			w.drained = make(chan struct{})
+		}
+		ch := w.drained
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("bookie client: closing ledger %d: %w", w.id, ctx.Err())
+		}
+		w.mu.Lock()
+	}
+	broken, cur, lac, length := w.err, w.cur, w.lac, w.lacLen
+	barrier := make(chan struct{})
+	w.pushLocked(completion{barrier: barrier})
+	w.mu.Unlock()
+	select {
+	case <-barrier: // every done callback has run
+	case <-ctx.Done():
+		return fmt.Errorf("bookie client: closing ledger %d: %w", w.id, ctx.Err())
+	}
+
+	var err error
+	switch {
+	case errors.Is(broken, ErrFenced), errors.Is(broken, ErrClosed):
+		err = broken
+	default:
+		// A writer broken otherwise (no replacement bookie) still closes
+		// its ledger at its LAC: every entry through it is on Qa bookies.
+		var next versioned
+		next, err = w.c.updateMetadata(ctx, w.id, cur, func(m *LedgerMetadata) (bool, error) {
+			if m.State != StateOpen {
+				return false, fmt.Errorf("%w: ledger %d is %s", ErrFenced, w.id, m.State)
+			}
+			m.State, m.LastEntry, m.Length = StateClosed, lac, length
+			return true, nil
+		})
+		if err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrNoLedger) {
+			return err // the metadata store failed: Close may be retried
+		}
+		if err == nil {
+			w.mu.Lock()
+			w.cur = next
+			w.mu.Unlock()
+		}
+	}
+	w.closed, w.closeErr = true, err
+	w.finish()
+	if err == nil {
+		w.log.Debug("ledger closed", "lastEntry", lac, "length", length)
+	}
+	return err
+}
+
+// abort breaks the writer with err and stops it (the client is closing).
+func (w *Writer) abort(err error) {
+	w.mu.Lock()
+	w.failLocked(err)
+	w.mu.Unlock()
+	w.finish()
+}
+
+// finish stops the delivery goroutine once it has run every callback
+// queued, and ends the writer's life.
+func (w *Writer) finish() {
+	w.mu.Lock()
+	w.stopDeliver = true
+	w.signalLocked()
+	w.mu.Unlock()
+	w.cancel()
+	w.c.forget(w)
+}
+
+func (w *Writer) refuseLocked() error {
+	switch {
+	case w.err != nil:
+		return w.err
+	case w.closing:
+		return fmt.Errorf("%w: ledger %d writer", ErrClosed, w.id)
+	}
+	return nil
+}
+
+// sendLocked sends p to member i of its write set, unless that bookie is
+// waiting to be replaced (the ensemble change sends it to the replacement).
+func (w *Writer) sendLocked(p *pendingAdd, i int) {
+	if w.err != nil {
+		return
+	}
+	addr := w.ensemble[writeSetIndex(p.id, i, w.e)]
+	if slices.Contains(w.failed, addr) {
+		return
+	}
+	id := p.id
+	err := w.c.pool.send(addr, wire.OpAdd, 0, p.data, w.c.cfg.AddTimeout, func(r response) {
+		w.onAddResponse(id, addr, r)
+	})
+	if err != nil {
+		w.bookieFailedLocked(addr, err)
+	}
+}
+
+func (w *Writer) onAddResponse(id int64, addr string, r response) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return
+	}
+	p := w.q.get(id)
+	idx := slices.Index(w.ensemble, addr)
+	if p == nil || idx < 0 {
+		return // completed already, or an answer from a replaced bookie
+	}
+	i := writeSetMember(id, idx, w.e, w.qw)
+	if i < 0 {
+		return
+	}
+	switch err := r.Err(); {
+	case err == nil:
+		p.acked = p.acked.with(i)
+		w.completeLocked()
+	case errors.Is(err, wire.ErrFenced):
+		w.failLocked(fmt.Errorf("%w: ledger %d: bookie %s refused entry %d", ErrFenced, w.id, addr, id))
+	default:
+		w.bookieFailedLocked(addr, err)
+	}
+}
+
+// bookieFailedLocked schedules the replacement of a failed bookie.
+func (w *Writer) bookieFailedLocked(addr string, err error) {
+	if errors.Is(err, ErrClosed) {
+		w.failLocked(err)
+		return
+	}
+	if w.err != nil || !slices.Contains(w.ensemble, addr) || slices.Contains(w.failed, addr) {
+		return
+	}
+	w.log.Warn("bookie failed during adds; replacing it", "bookie", addr, "err", err)
+	w.failed = append(w.failed, addr)
+	if !w.changing {
+		w.changing = true
+		go w.changeEnsemble()
+	}
+}
+
+// completeLocked completes the adds at the head of the queue that have
+// their ack quorum — not during an ensemble change, which must find the
+// LAC where it started.
+func (w *Writer) completeLocked() {
+	if w.changing {
+		return
+	}
+	for _, p := range w.q.popCompleted(w.qa) {
+		w.lac, w.lacLen = p.id, p.length
+		w.pushLocked(completion{done: p.done, id: p.id})
+	}
+	w.notifyDrainedLocked()
+}
+
+// failLocked breaks the writer (once): the adds at the head that reached
+// their ack quorum complete, every other pending add fails with err, and
+// so does every later one.
+func (w *Writer) failLocked(err error) {
+	if w.err != nil {
+		return
+	}
+	w.err = err
+	for _, p := range w.q.popCompleted(w.qa) {
+		w.lac, w.lacLen = p.id, p.length
+		w.pushLocked(completion{done: p.done, id: p.id})
+	}
+	for _, p := range w.q.popAll() {
+		w.pushLocked(completion{done: p.done, id: p.id, err: err})
+	}
+	w.notifyDrainedLocked()
+	if !errors.Is(err, ErrClosed) {
+		w.log.Warn("ledger writer broken", "lac", w.lac, "err", err)
+	}
+}
+
+func (w *Writer) notifyDrainedLocked() {
+	if w.q.len() == 0 && w.drained != nil {
+		close(w.drained)
+		w.drained = nil
+	}
+}
+
+// changeEnsemble replaces the failed bookies, one change at a time, until
+// none is left or the writer breaks.
+func (w *Writer) changeEnsemble() {
+	for {
+		w.mu.Lock()
+		if w.err != nil || len(w.failed) == 0 {
+			w.changing = false
+			w.completeLocked()
+			w.mu.Unlock()
+			return
+		}
+		failed := slices.Clone(w.failed)
+		ensemble := slices.Clone(w.ensemble)
+		cur, first := w.cur, w.lac+1
+		w.mu.Unlock()
+
+		next, changed, err := w.replace(cur, ensemble, failed, first)
+
+		w.mu.Lock()
+		if err != nil {
+			w.changing = false
+			w.failLocked(err)
+			w.mu.Unlock()
+			return
+		}
+		w.cur = next
+		w.ensemble = slices.Clone(next.md.last().Bookies)
+		w.failed = slices.DeleteFunc(w.failed, func(b string) bool { return slices.Contains(failed, b) })
+		w.log.Info("ensemble changed", "firstEntry", first, "replaced", failed, "ensemble", w.ensemble)
+		// The replacements have none of the pending entries: forget the
+		// old bookies' acks and send there.
+		for _, p := range slices.Clone(w.q.adds) {
+			for _, idx := range changed {
+				if i := writeSetMember(p.id, idx, w.e, w.qw); i >= 0 {
+					p.acked = p.acked.without(i)
+					w.sendLocked(p, i)
+				}
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// replace picks replacements for failed and stores the new ensemble,
+// starting at first, in the metadata. It returns the new metadata and the
+// ensemble indexes replaced.
+func (w *Writer) replace(cur versioned, ensemble, failed []string, first int64) (versioned, []int, error) {
+	ctx, cancel := context.WithTimeout(w.life, max(w.c.cfg.AddTimeout, w.c.cfg.ReadTimeout))
+	defer cancel()
+	repl, err := w.c.pickBookies(ctx, ensemble, len(failed))
+	if err != nil {
+		return cur, nil, fmt.Errorf("bookie client: ledger %d: replacing failed bookies %v: %w", w.id, failed, err)
+	}
+	bookies, changed := replaceBookies(ensemble, failed, repl)
+	next, err := w.c.updateMetadata(ctx, w.id, cur, func(m *LedgerMetadata) (bool, error) {
+		if m.State != StateOpen {
+			return false, fmt.Errorf("%w: ledger %d is %s", ErrFenced, w.id, m.State)
+		}
+		if !slices.Equal(m.last().Bookies, ensemble) {
+			return false, fmt.Errorf("%w: ledger %d: its ensemble was changed by another client", ErrFenced, w.id)
+		}
+		m.Ensembles = withEnsemble(m.Ensembles, first, bookies)
+		return true, nil
+	})
+	if err != nil {
+		return cur, nil, err
+	}
+	return next, changed, nil
+}
+
+func (w *Writer) pushLocked(c completion) {
+	w.ready = append(w.ready, c)
+	if !w.delivering {
+		w.delivering = true
+		go w.deliverLoop()
+		return
+	}
+	w.signalLocked()
+}
+
+func (w *Writer) signalLocked() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLoop runs done callbacks in the order they were queued.
+func (w *Writer) deliverLoop() {
+	var batch []completion
+	for {
+		w.mu.Lock()
+		batch, w.ready = w.ready, batch[:0]
+		stop := w.stopDeliver && len(batch) == 0
+		if stop {
+			w.delivering = false
+		}
+		w.mu.Unlock()
+		if stop {
+			return
+		}
+		if len(batch) == 0 {
+			<-w.wake
+			continue
+		}
+		for i, c := range batch {
+			switch {
+			case c.barrier != nil:
+				close(c.barrier)
+			case c.done != nil:
+				c.done(c.id, c.err)
+			}
+			batch[i] = completion{}
+		}
+	}
+}
