@@ -76,7 +76,6 @@ func (s *bookieStorage) release(err error) {
 	}
 }
 
-
 type testBookie struct {
 	addr    string
 	storage *bookieStorage
