@@ -32,6 +32,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported in the registration.
 	Version string
+	// LedgerGCInterval: how often the bookie deletes ledgers whose metadata
+	// is gone (deleted while it was down). Default 5 minutes; negative
+	// disables it.
+	LedgerGCInterval time.Duration
 }
 
 // Bookie is a running storage node.
@@ -45,6 +49,8 @@ type Bookie struct {
 	regCtx    context.Context
 	regCancel context.CancelFunc
 	regDone   chan struct{}
+	gcStop    chan struct{}
+	gcDone    chan struct{}
 	closeOnce sync.Once
 }
 
@@ -102,6 +108,16 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	}
 	b.regCtx, b.regCancel = context.WithCancel(context.Background())
 	go b.keepRegistered()
+	b.gcStop, b.gcDone = make(chan struct{}), make(chan struct{})
+	switch interval := cfg.LedgerGCInterval; {
+	case interval == 0:
+		interval = 5 * time.Minute
+		fallthrough
+	case interval > 0:
+		go func() { defer close(b.gcDone); b.ledgerGCLoop(interval, b.gcStop) }()
+	default:
+		close(b.gcDone)
+	}
 	b.log.Info("bookie started", "id", cfg.ID, "data-dir", cfg.Storage.Dir, "journal-dir", cfg.Storage.JournalDir)
 	return b, nil
 }
@@ -187,6 +203,8 @@ func (b *Bookie) Shutdown(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		b.regCancel()
 		<-b.regDone
+		close(b.gcStop)
+		<-b.gcDone
 		if derr := b.cfg.Meta.Delete(ctx, b.registrationPath(), meta.AnyVersion); derr != nil && !errors.Is(derr, meta.ErrNotFound) {
 			b.log.Warn("deregistering", "err", derr)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/magnetar-io/magnetar/bookie/entry"
 	"github.com/magnetar-io/magnetar/bookie/storage"
 	"github.com/magnetar-io/magnetar/meta"
 	"github.com/magnetar-io/magnetar/meta/local"
@@ -154,5 +155,40 @@ func TestCookie(t *testing.T) {
 	reset.store = newNode(t).store
 	if _, err := reset.start(t); !errors.Is(err, ErrCookie) || !strings.Contains(err.Error(), "metadata") {
 		t.Fatalf("start against a reset metadata store: %v", err)
+	}
+}
+
+// A ledger deleted while the bookie was down (its metadata gone, its entries
+// still here) is deleted by the bookie itself.
+func TestCollectDeletedLedgers(t *testing.T) {
+	n := newNode(t)
+	b, err := n.start(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, b)
+	ctx := context.Background()
+	for _, id := range []int64{1, 2, 100_001} {
+		done := make(chan error, 1)
+		b.storage.AddEntry(entry.Encode(nil, entry.Header{Ledger: id, LAC: -1}, []byte("x")), false, func(err error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Ledger 1 still has metadata; 2 and 100001 were deleted.
+	if err := meta.EnsurePath(ctx, n.store, meta.LedgerPath(1)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.collectDeletedLedgers(ctx)
+	if err != nil || got != 2 {
+		t.Fatalf("collected %d ledgers (%v), want 2", got, err)
+	}
+	if _, err := b.storage.ReadEntry(1, 0); err != nil {
+		t.Fatalf("live ledger 1: %v", err)
+	}
+	for _, id := range []int64{2, 100_001} {
+		if _, err := b.storage.ReadEntry(id, 0); !errors.Is(err, storage.ErrNoLedger) {
+			t.Fatalf("ledger %d after collection: %v", id, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -21,6 +22,19 @@ const (
 	NamespaceOwnerRoot    = "/namespace"                // ephemeral bundle ownership
 	KafkaGroupsRoot       = "/kafka/groups"             // Kafka consumer group state
 )
+
+// Ledger metadata lives at /ledgers/<id / LedgerBucketSize>/<id>, so that
+// no node has more than LedgerBucketSize children; ledger ids come from the
+// counter at LedgerIDCounterPath.
+const (
+	LedgerBucketSize    = 100_000
+	LedgerIDCounterPath = LedgersRoot + "/idgen"
+)
+
+// LedgerPath is the metadata node of ledger id.
+func LedgerPath(id int64) string {
+	return Join(LedgersRoot, strconv.FormatInt(id/LedgerBucketSize, 10), strconv.FormatInt(id, 10))
+}
 
 // ValidatePath checks that p is an absolute, clean path: it starts with
 // "/", has no empty, "." or ".." elements, no trailing "/", is valid UTF-8

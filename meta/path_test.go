@@ -40,6 +40,12 @@ func TestPathHelpers(t *testing.T) {
 	if got := Join("/a/", "b", "c"); got != "/a/b/c" {
 		t.Errorf("Join = %q", got)
 	}
+	if p := LedgerPath(1234567); p != "/ledgers/12/1234567" {
+		t.Errorf("LedgerPath(1234567) = %s", p)
+	}
+	if p := LedgerPath(5); p != "/ledgers/0/5" {
+		t.Errorf("LedgerPath(5) = %s", p)
+	}
 	if got := Join(LedgersRoot, "L1"); got != "/ledgers/L1" {
 		t.Errorf("Join = %q", got)
 	}

@@ -82,7 +82,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 10 * time.Second
 	}
-	ids, err := meta.NewIDGenerator(cfg.Meta, idGenPath, 1000)
+	ids, err := meta.NewIDGenerator(cfg.Meta, meta.LedgerIDCounterPath, 1000)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +218,7 @@ func (c *Client) DeleteLedger(ctx context.Context, id int64) error {
 					"ledger", id, "bookie", r.addr, "err", err)
 			}
 		}
-		err = c.meta.Delete(ctx, ledgerPath(id), cur.version)
+		err = c.meta.Delete(ctx, meta.LedgerPath(id), cur.version)
 		switch {
 		case err == nil, errors.Is(err, meta.ErrNotFound):
 			return nil

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/magnetar-io/magnetar/meta"
 )
 
 // Failure scenarios, each a script over an in-process cluster.
@@ -380,7 +382,7 @@ func TestRecoveryResumesAfterRecovererDied(t *testing.T) {
 
 func readMD(t *testing.T, ctx context.Context, cl *cluster, id int64) LedgerMetadata {
 	t.Helper()
-	b, _, err := cl.meta.Get(ctx, ledgerPath(id))
+	b, _, err := cl.meta.Get(ctx, meta.LedgerPath(id))
 	if err != nil {
 		t.Fatal(err)
 	}

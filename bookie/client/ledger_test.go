@@ -334,7 +334,7 @@ func TestDeleteLedger(t *testing.T) {
 	if err := c.DeleteLedger(ctx, w.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := cl.meta.Get(ctx, ledgerPath(w.ID())); !errors.Is(err, meta.ErrNotFound) {
+	if _, _, err := cl.meta.Get(ctx, meta.LedgerPath(w.ID())); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("metadata after delete: %v", err)
 	}
 	if _, err := c.OpenLedger(ctx, w.ID(), OpenOptions{}); !errors.Is(err, ErrNoLedger) {

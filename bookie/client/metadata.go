@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/magnetar-io/magnetar/meta"
 )
@@ -15,13 +14,6 @@ import (
 // reads. The JSON below is a stored format: change it only with a new
 // format number.
 const metadataFormat = 1
-
-// ledgerBucket groups ledger nodes, so that no meta node has more than this
-// many children: /ledgers/<id/ledgerBucket>/<id>.
-const ledgerBucket = 100_000
-
-// idGenPath is the ledger id counter.
-const idGenPath = meta.LedgersRoot + "/idgen"
 
 // LedgerState is the state of a ledger in its metadata.
 type LedgerState string
@@ -133,11 +125,6 @@ func decodeMetadata(id int64, b []byte) (LedgerMetadata, error) {
 	return m, nil
 }
 
-// ledgerPath is the metadata node of ledger id.
-func ledgerPath(id int64) string {
-	return meta.Join(meta.LedgersRoot, strconv.FormatInt(id/ledgerBucket, 10), strconv.FormatInt(id, 10))
-}
-
 // versioned is metadata with the node version it was read or written at.
 type versioned struct {
 	md      LedgerMetadata
@@ -146,7 +133,7 @@ type versioned struct {
 
 // readMetadata reads ledger id's metadata; ErrNoLedger if there is none.
 func (c *Client) readMetadata(ctx context.Context, id int64) (versioned, error) {
-	b, st, err := c.meta.Get(ctx, ledgerPath(id))
+	b, st, err := c.meta.Get(ctx, meta.LedgerPath(id))
 	if errors.Is(err, meta.ErrNotFound) {
 		return versioned{}, fmt.Errorf("%w: ledger %d", ErrNoLedger, id)
 	}
@@ -163,7 +150,7 @@ func (c *Client) createMetadata(ctx context.Context, id int64, md *LedgerMetadat
 	if err != nil {
 		return 0, err
 	}
-	p := ledgerPath(id)
+	p := meta.LedgerPath(id)
 	if err := meta.EnsurePath(ctx, c.meta, meta.Parent(p)); err != nil {
 		return 0, fmt.Errorf("bookie client: creating ledger %d metadata: %w", id, err)
 	}
@@ -179,7 +166,7 @@ func (c *Client) createMetadata(ctx context.Context, id int64, md *LedgerMetadat
 // value. It returns the metadata as stored at the end (written, or found
 // when change declined or failed) and change's error.
 func (c *Client) updateMetadata(ctx context.Context, id int64, cur versioned, change func(*LedgerMetadata) (bool, error)) (versioned, error) {
-	p := ledgerPath(id)
+	p := meta.LedgerPath(id)
 	for {
 		next := cur.md.Clone()
 		write, err := change(&next)

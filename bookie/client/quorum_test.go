@@ -237,12 +237,6 @@ func TestMetadataFormat(t *testing.T) {
 			t.Errorf("decoded %s", bad)
 		}
 	}
-	if p := ledgerPath(1234567); p != "/ledgers/12/1234567" {
-		t.Fatalf("path %s", p)
-	}
-	if p := ledgerPath(5); p != "/ledgers/0/5" {
-		t.Fatalf("path %s", p)
-	}
 }
 
 func TestFrameHeaderMatchesWire(t *testing.T) {

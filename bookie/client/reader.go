@@ -123,7 +123,7 @@ func (r *Reader) watchMetadata(ctx context.Context) (versioned, <-chan meta.Even
 			return cur, ch, nil
 		}
 	}
-	b, st, ch, err := r.c.meta.GetW(ctx, ledgerPath(r.id))
+	b, st, ch, err := r.c.meta.GetW(ctx, meta.LedgerPath(r.id))
 	if errors.Is(err, meta.ErrNotFound) {
 		return cur, nil, fmt.Errorf("%w: ledger %d was deleted", ErrNoLedger, r.id)
 	}
