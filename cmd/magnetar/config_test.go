@@ -8,16 +8,19 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // clearEnv unsets every MAGNETAR_* setting variable for the test, so the
 // developer's environment cannot leak in.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	for _, list := range [][]setting{globalSettings, standaloneSettings, bookieSettings} {
+	for _, list := range allSettings {
 		for _, s := range list {
 			t.Setenv(s.env(), "")
 		}
@@ -128,7 +131,7 @@ func filterTrue(m map[string]bool) []string {
 }
 
 func lookupSettingAll(name string) setting {
-	for _, list := range [][]setting{globalSettings, standaloneSettings, bookieSettings} {
+	for _, list := range allSettings {
 		for _, s := range list {
 			if s.name == name {
 				return s
@@ -276,15 +279,22 @@ func TestRuntimeErrorExitCode(t *testing.T) {
 	}
 }
 
-// commandPaths lists every command's path below the root, root first.
+// commandPaths lists every command's path below the root, root first,
+// subcommands after their parent.
 func commandPaths() [][]string {
 	root := newRootCommand(newApp(&bytes.Buffer{}, &bytes.Buffer{}))
 	paths := [][]string{nil}
-	for _, c := range root.Commands() {
-		if c.Name() != "help" {
-			paths = append(paths, []string{c.Name()})
+	var walk func(parent []string, cmd *cobra.Command)
+	walk = func(parent []string, cmd *cobra.Command) {
+		for _, c := range cmd.Commands() {
+			if c.Name() != "help" {
+				path := append(slices.Clone(parent), c.Name())
+				paths = append(paths, path)
+				walk(path, c)
+			}
 		}
 	}
+	walk(nil, root)
 	return paths
 }
 
@@ -317,7 +327,8 @@ func TestHelpListsEverySetting(t *testing.T) {
 						t.Errorf("--help lacks %q:\n%s", w, r.stdout)
 					}
 				}
-				if s.def != "" && !strings.Contains(r.stdout, "(default "+s.def+")") {
+				// pflag shows no default of "" or "0"; the usage says what they mean.
+				if s.def != "" && s.def != "0" && !strings.Contains(r.stdout, "(default "+s.def+")") {
 					t.Errorf("--help lacks the default of --%s (%s)", s.name, s.def)
 				}
 			}
@@ -353,7 +364,7 @@ func TestConfigurationDocs(t *testing.T) {
 		}
 		return false
 	}
-	for _, list := range [][]setting{globalSettings, standaloneSettings, bookieSettings} {
+	for _, list := range allSettings {
 		for _, s := range list {
 			row, ok := rows[s.name]
 			if !ok {

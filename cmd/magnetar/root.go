@@ -26,7 +26,7 @@ both the Pulsar and the Kafka protocol on the same topics.
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	defineFlags(root.PersistentFlags(), globalSettings)
-	root.AddCommand(newVersionCommand(a), newStandaloneCommand(a), newBookieCommand(a))
+	root.AddCommand(newVersionCommand(a), newStandaloneCommand(a), newBookieCommand(a), newPerfCommand(a))
 	return root
 }
 

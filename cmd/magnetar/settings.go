@@ -54,12 +54,15 @@ var standaloneOwnSettings = []setting{
 	{"bookie-listen", "127.0.0.1:3181", "host:port", "listen address of the in-process bookie; its address is the bookie's identity in ledger metadata, so keep it stable"},
 }
 
+// allSettings lists the settings of every command.
+var allSettings = [][]setting{globalSettings, standaloneSettings, bookieSettings, perfBookieSettings}
+
 // fileKeys are the keys a config file may hold: every command's settings
 // except --config itself. One file can serve several commands, so a key
 // another command uses is not an error.
 func fileKeys() map[string]bool {
 	keys := map[string]bool{}
-	for _, list := range [][]setting{globalSettings, standaloneSettings, bookieSettings} {
+	for _, list := range allSettings {
 		for _, s := range list {
 			if s.name != "config" {
 				keys[s.name] = true

@@ -1,0 +1,432 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/spf13/cobra"
+
+	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/client"
+	"github.com/magnetar-io/magnetar/bookie/entry"
+	"github.com/magnetar-io/magnetar/bookie/storage"
+	"github.com/magnetar-io/magnetar/meta/local"
+)
+
+// perfBookieSettings are the settings of `magnetar perf bookie`: its own,
+// then the storage settings of the bookies it runs in-process.
+var perfBookieSettings = append(perfBookieOwnSettings, bookieStorageSettings...)
+
+var perfBookieOwnSettings = []setting{
+	{"data-dir", "", "dir", "directory in which the run makes its scratch directory (bookies, metadata, disk baseline), removed at the end (default: the system temp directory)"},
+	{"perf-bookies", "1", "count", "bookies to run in-process on 127.0.0.1"},
+	{"perf-ensemble", "1", "count", "ledger ensemble size E (at most perf-bookies)"},
+	{"perf-write-quorum", "1", "count", "ledger write quorum Qw (at most E)"},
+	{"perf-ack-quorum", "1", "count", "ledger ack quorum Qa (at most Qw)"},
+	{"perf-entry-size", "1024", "bytes", "payload bytes per entry"},
+	{"perf-duration", "10s", "duration", "how long to add entries"},
+	{"perf-rate", "0", "entries/s", "open loop: add at this steady rate, each add's latency counted from when it was due; 0 (the default): closed loop, as fast as perf-in-flight allows"},
+	{"perf-in-flight", "1000", "count", "most adds outstanding at once"},
+	{"perf-disk-duration", "5s", "duration", "after the run, measure the disk's fsync'd write bandwidth (3/5 of this) and fsync latency (2/5); 0 skips it"},
+}
+
+func newPerfCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "perf",
+		Short: "Measure the performance of Magnetar's parts",
+		Long: `Measure the performance of Magnetar's parts, each beside the limits of the
+machine it runs on. See docs/BENCHMARKS.md.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newPerfBookieCommand(a))
+	return cmd
+}
+
+func newPerfBookieCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bookie",
+		Short: "Measure bookie add throughput and latency against the disk's own limits",
+		Long: `Measure bookie add throughput and latency against the disk's own limits.
+
+Starts perf-bookies bookies in-process on 127.0.0.1 (random ports) with an
+embedded metadata store, all in a scratch directory under data-dir; creates
+a ledger with the quorums given; and adds perf-entry-size entries for
+perf-duration: closed loop (up to perf-in-flight outstanding), or open loop
+at perf-rate. Prints, every second, the adds completed in it (entries/s,
+MB/s, latency p50/p99/p99.9/max), then a summary.
+
+Then it measures the disk under the journal: sequential writes, each
+followed by fdatasync, of the journal's average group size in the run
+(bandwidth), and 4 KiB write + fdatasync (latency); and prints the ratios
+of the bookie's throughput and p99 to them. MB is 10^6 bytes.
+
+SIGINT or SIGTERM ends the run early; the summary is still printed and the
+scratch directory removed. A second signal exits at once.
+` + configHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolvePerfBookie(a.vals)
+			if err != nil {
+				return err
+			}
+			return runtimeError(a.perfBookie(cfg))
+		},
+	}
+	a.addSettings(cmd, perfBookieSettings)
+	return cmd
+}
+
+// perfBookieConfig is the checked configuration of `magnetar perf bookie`.
+type perfBookieConfig struct {
+	DataDir      string // parent of the scratch directory; "" is os.TempDir()
+	Bookies      int
+	Ledger       client.LedgerOptions
+	Load         loadConfig
+	DiskDuration time.Duration // 0: no disk baseline
+	// Storage is every bookie's; Dir is set per bookie, and a JournalDir
+	// is the parent of the bookies' scratch journal directories.
+	Storage storage.Options
+}
+
+func resolvePerfBookie(sv *settingValues) (perfBookieConfig, error) {
+	var cfg perfBookieConfig
+	var err error
+	s := func(name string) setting { return lookupSetting(perfBookieSettings, name) }
+	if cfg.DataDir, err = check(sv, s("data-dir"), func(v string) (string, error) { return v, nil }); err != nil {
+		return cfg, err
+	}
+	for _, c := range []struct {
+		name  string
+		limit int
+		dst   *int
+	}{
+		{"perf-bookies", 64, &cfg.Bookies},
+		{"perf-ensemble", 64, &cfg.Ledger.EnsembleSize},
+		{"perf-write-quorum", 64, &cfg.Ledger.WriteQuorum},
+		{"perf-ack-quorum", 64, &cfg.Ledger.AckQuorum},
+		{"perf-entry-size", entry.MaxSize - entry.HeaderSize, &cfg.Load.EntrySize},
+		{"perf-in-flight", 1_000_000, &cfg.Load.InFlight},
+	} {
+		if *c.dst, err = check(sv, s(c.name), parseCount(c.limit)); err != nil {
+			return cfg, err
+		}
+	}
+	if l := cfg.Ledger; !(cfg.Bookies >= l.EnsembleSize && l.EnsembleSize >= l.WriteQuorum && l.WriteQuorum >= l.AckQuorum) {
+		return cfg, fmt.Errorf("perf-bookies %d, perf-ensemble %d, perf-write-quorum %d, perf-ack-quorum %d: want bookies ≥ ensemble ≥ write quorum ≥ ack quorum",
+			cfg.Bookies, l.EnsembleSize, l.WriteQuorum, l.AckQuorum)
+	}
+	if cfg.Load.Duration, err = check(sv, s("perf-duration"), parsePositiveDuration); err != nil {
+		return cfg, err
+	}
+	if cfg.Load.Rate, err = check(sv, s("perf-rate"), parseRate); err != nil {
+		return cfg, err
+	}
+	if cfg.DiskDuration, err = check(sv, s("perf-disk-duration"), parseNonNegativeDuration); err != nil {
+		return cfg, err
+	}
+	cfg.Load.Interval = time.Second
+	cfg.Storage, err = resolveStorage(sv, "")
+	return cfg, err
+}
+
+// parseCount returns a parser of whole numbers from 1 to limit.
+func parseCount(limit int) func(string) (int, error) {
+	return func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > limit {
+			return 0, fmt.Errorf("want a whole number from 1 to %d", limit)
+		}
+		return n, nil
+	}
+}
+
+func parseRate(s string) (float64, error) {
+	r, err := strconv.ParseFloat(s, 64)
+	if err != nil || r < 0 || r > 1e8 || math.IsNaN(r) {
+		return 0, errors.New("want entries per second: 0 (as fast as possible) or a positive number")
+	}
+	return r, nil
+}
+
+func parseNonNegativeDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, errors.New("want a duration such as 5s, or 0")
+	}
+	return d, nil
+}
+
+// perfBookie runs `magnetar perf bookie`: it starts the cluster in a
+// scratch directory, runs the load, stops the cluster and deletes its data,
+// then measures the disk there. Results go to stdout, logs to stderr.
+func (a *app) perfBookie(cfg perfBookieConfig) error {
+	sigs, stopSignals := a.notify()
+	defer stopSignals()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case sig := <-sigs:
+			a.logger.Info("signal: ending the run early", "signal", sig.String())
+			stopSignals() // a second signal kills the process
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	out := a.stdout
+
+	dir, err := scratchDir(cfg.DataDir, "magnetar-perf-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	diskDir, journalRoot := dir, ""
+	if cfg.Storage.JournalDir != "" {
+		if journalRoot, err = scratchDir(cfg.Storage.JournalDir, "magnetar-perf-journal-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(journalRoot)
+		diskDir = journalRoot
+	}
+	fmt.Fprintf(out, "magnetar perf bookie: %s\n", cfg.describe())
+	fmt.Fprintf(out, "scratch directory %s (removed at the end)\n", dir)
+	if journalRoot != "" {
+		fmt.Fprintf(out, "journals in %s (removed at the end)\n", journalRoot)
+	}
+
+	cl, err := startPerfCluster(ctx, dir, journalRoot, cfg.Bookies, cfg.Storage, a.hostname, a.logger)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted during startup
+		}
+		return err
+	}
+	defer cl.close()
+	w, err := cl.client.CreateLedger(ctx, cfg.Ledger)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	fmt.Fprintln(out, progressHeader)
+	res, loadErr := runLoad(ctx, w, cfg.Load, func(iv loadInterval) { printInterval(out, iv, cfg.Load.EntrySize) })
+	printSummary(out, res, cfg.Load.EntrySize)
+	if loadErr == nil {
+		closeCtx, cancelClose := context.WithTimeout(context.Background(), shutdownTimeout)
+		loadErr = w.Close(closeCtx)
+		cancelClose()
+	}
+	groups, groupBytes := cl.journal.groups()
+	if err := errors.Join(loadErr, cl.close()); err != nil {
+		return err
+	}
+	// Deleting the bookies' files drops their dirty pages, which would
+	// otherwise be written back during the disk baseline.
+	for _, d := range cl.dirs {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	block, observed := baselineBlock(groups, groupBytes, cfg)
+	if observed {
+		fmt.Fprintf(out, "journal: %d group writes averaging %s, %.1f entries each\n",
+			groups, kib(block), float64(res.Entries)*float64(cfg.Ledger.WriteQuorum)/float64(groups))
+	}
+
+	if cfg.DiskDuration == 0 || ctx.Err() != nil {
+		fmt.Fprintln(out, "disk baseline: skipped")
+		return nil
+	}
+	bw, lat, err := diskBaseline(ctx, out, diskDir, block, observed, cfg.DiskDuration)
+	if err != nil {
+		return err
+	}
+	printRatios(out, res, cfg.Load.EntrySize, bw, lat)
+	return nil
+}
+
+// diskBaseline measures the disk in dir for d and prints the results:
+// bandwidth of fdatasync'd sequential writes of block bytes (3/5 of d), then
+// the latency of 4 KiB write + fdatasync (2/5). observed says block is the
+// run's average journal group.
+func diskBaseline(ctx context.Context, out io.Writer, dir string, block int, observed bool, d time.Duration) (bw, lat *syncedWrites, err error) {
+	if bw, err = measureSyncedWrites(ctx, vfs.Default, dir, block, d*3/5); err != nil {
+		return nil, nil, fmt.Errorf("disk baseline: %w", err)
+	}
+	how := "the run's average journal group"
+	if !observed {
+		how = "min(perf-in-flight × perf-entry-size, journal-max-group-bytes): no journal group observed"
+	}
+	fmt.Fprintf(out, "disk: sequential %s writes (%s) + fdatasync for %.1fs: %.2f MB/s, %.0f syncs/s, p99 %.3f ms\n",
+		kib(block), how, bw.Elapsed.Seconds(), bw.MBps(), perSecond(bw.Writes, bw.Elapsed), ms(bw.Latency.Quantile(0.99)))
+	if lat, err = measureSyncedWrites(ctx, vfs.Default, dir, 4<<10, d*2/5); err != nil {
+		return nil, nil, fmt.Errorf("disk baseline: %w", err)
+	}
+	fmt.Fprintf(out, "disk: 4 KiB write + fdatasync for %.1fs: p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+		lat.Elapsed.Seconds(), ms(lat.Latency.Quantile(0.5)), ms(lat.Latency.Quantile(0.99)), ms(lat.Latency.Max()))
+	return bw, lat, nil
+}
+
+// scratchDir makes a new directory in parent (os.TempDir() if "").
+func scratchDir(parent, pattern string) (string, error) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("scratch directory: %w", err)
+	}
+	dir, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return "", fmt.Errorf("scratch directory: %w", err)
+	}
+	return dir, nil
+}
+
+func (cfg perfBookieConfig) describe() string {
+	mode := fmt.Sprintf("closed loop, up to %d adds in flight", cfg.Load.InFlight)
+	if cfg.Load.Rate > 0 {
+		mode = fmt.Sprintf("open loop at %g entries/s (up to %d in flight)", cfg.Load.Rate, cfg.Load.InFlight)
+	}
+	sync := "on"
+	if cfg.Storage.NoSync {
+		sync = "off"
+	}
+	l := cfg.Ledger
+	return fmt.Sprintf("%d bookie(s), ledger E/Qw/Qa %d/%d/%d, %d-byte entries, %s, for %s, journal fsync %s",
+		cfg.Bookies, l.EnsembleSize, l.WriteQuorum, l.AckQuorum, cfg.Load.EntrySize, mode, cfg.Load.Duration, sync)
+}
+
+// baselineBlock is the write size of the bandwidth baseline: the average
+// journal group of the run (observed), or else what one full window of adds
+// would make.
+func baselineBlock(groups, groupBytes int64, cfg perfBookieConfig) (block int, observed bool) {
+	if groups > 0 && groupBytes >= groups {
+		return int(groupBytes / groups), true
+	}
+	maxGroup := cfg.Storage.Journal.MaxGroupBytes
+	if maxGroup <= 0 {
+		maxGroup = 512 << 10
+	}
+	return min(cfg.Load.InFlight*cfg.Load.EntrySize, maxGroup), false
+}
+
+// perfCluster is the in-process cluster a perf run adds to.
+type perfCluster struct {
+	store   *local.Store
+	bookies []*bookie.Bookie
+	client  *client.Client
+	journal *journalCounter // every bookie's FS
+	dirs    []string        // the bookies' data and journal directories
+}
+
+// startPerfCluster starts n bookies on 127.0.0.1:0 with data in dir/bookie<i>
+// (journals in journalRoot/bookie<i> if journalRoot is set), registered in a
+// local metadata store in dir/meta, and a client.
+func startPerfCluster(ctx context.Context, dir, journalRoot string, n int, o storage.Options, hostname func() (string, error), log *slog.Logger) (*perfCluster, error) {
+	store, err := local.Open(filepath.Join(dir, "meta"), local.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	cl := &perfCluster{store: store, journal: &journalCounter{FS: vfs.Default}}
+	for i := range n {
+		bo := o
+		bo.FS = cl.journal
+		bo.Dir = filepath.Join(dir, fmt.Sprintf("bookie%d", i))
+		cl.dirs = append(cl.dirs, bo.Dir)
+		if journalRoot != "" {
+			bo.JournalDir = filepath.Join(journalRoot, fmt.Sprintf("bookie%d", i))
+			cl.dirs = append(cl.dirs, bo.JournalDir)
+		}
+		b, err := startBookie(ctx, "127.0.0.1:0", "", hostname, bo, store, log)
+		if err != nil {
+			cl.close()
+			return nil, err
+		}
+		cl.bookies = append(cl.bookies, b)
+	}
+	if cl.client, err = client.New(client.Config{Meta: store, Logger: log}); err != nil {
+		cl.close()
+		return nil, err
+	}
+	return cl, nil
+}
+
+// close stops the client, the bookies and the store; a second call does
+// nothing.
+func (cl *perfCluster) close() error {
+	var err error
+	if cl.client != nil {
+		err = cl.client.Close()
+		cl.client = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	for _, b := range cl.bookies {
+		err = errors.Join(err, b.Shutdown(ctx))
+	}
+	cl.bookies = nil
+	if cl.store != nil {
+		err = errors.Join(err, cl.store.Close())
+		cl.store = nil
+	}
+	return err
+}
+
+const progressHeader = "     time   entries/s      MB/s    p50 ms    p99 ms  p99.9 ms    max ms"
+
+func printInterval(w io.Writer, iv loadInterval, entrySize int) {
+	h := iv.Latency
+	n := int64(h.Count())
+	fmt.Fprintf(w, "%8.2fs %11.0f %9.2f %9.3f %9.3f %9.3f %9.3f\n", iv.At.Seconds(),
+		perSecond(n, iv.Length), mbps(n*int64(entrySize), iv.Length),
+		ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(h.Quantile(0.999)), ms(h.Max()))
+}
+
+func printSummary(w io.Writer, res *loadResult, entrySize int) {
+	bytes := res.Entries * int64(entrySize)
+	fmt.Fprintf(w, "summary: %d entries, %.2f MB in %.2fs: %.0f entries/s, %.2f MB/s\n",
+		res.Entries, float64(bytes)/1e6, res.Elapsed.Seconds(),
+		perSecond(res.Entries, res.Elapsed), mbps(bytes, res.Elapsed))
+	h := &res.Latency
+	fmt.Fprintf(w, "latency: p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms, mean %.3f ms\n",
+		ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(h.Quantile(0.999)), ms(h.Max()), ms(h.Mean()))
+}
+
+// printRatios compares the run with the disk's limits (the goals are
+// issue 3's, for one bookie with fsync on).
+func printRatios(w io.Writer, res *loadResult, entrySize int, bw, lat *syncedWrites) {
+	got, raw := mbps(res.Entries*int64(entrySize), res.Elapsed), bw.MBps()
+	fmt.Fprintf(w, "ratio: throughput %.2f MB/s ÷ raw %.2f MB/s at %s = %.2f (goal ≥ 0.70 at full load)\n",
+		got, raw, kib(bw.Block), ratio(got, raw))
+	p99, rawP99 := ms(res.Latency.Quantile(0.99)), ms(lat.Latency.Quantile(0.99))
+	fmt.Fprintf(w, "ratio: p99 %.3f ms ÷ raw fsync p99 %.3f ms = %.2f (goal ≤ 2 at half load)\n",
+		p99, rawP99, ratio(p99, rawP99))
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func perSecond(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func kib(n int) string { return fmt.Sprintf("%.1f KiB", float64(n)/1024) }
