@@ -8,7 +8,6 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -70,12 +69,9 @@ storage. A second signal exits at once.
 }
 
 type bookieConfig struct {
-	DataDir          string
-	Listen           string
-	AdvertisedHost   string
-	MetadataStore    metadataStoreURL
-	ZKSessionTimeout time.Duration
-	Storage          storage.Options
+	nodeConfig
+	Listen  string
+	Storage storage.Options
 }
 
 func parseBool(s string) (bool, error) {
@@ -147,20 +143,10 @@ func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) 
 func resolveBookie(sv *settingValues) (bookieConfig, error) {
 	var cfg bookieConfig
 	var err error
-	s := func(name string) setting { return lookupSetting(bookieSettings, name) }
-	if cfg.DataDir, err = check(sv, s("data-dir"), nonEmpty); err != nil {
+	if cfg.nodeConfig, err = resolveNode(sv, bookieSettings); err != nil {
 		return cfg, err
 	}
-	if cfg.Listen, err = check(sv, s("bookie-listen"), parseListen); err != nil {
-		return cfg, err
-	}
-	if cfg.AdvertisedHost, err = check(sv, s("advertised-host"), parseAdvertisedHost); err != nil {
-		return cfg, err
-	}
-	if cfg.MetadataStore, err = check(sv, s("metadata-store"), parseMetadataStore); err != nil {
-		return cfg, err
-	}
-	if cfg.ZKSessionTimeout, err = check(sv, s("zk-session-timeout"), parsePositiveDuration); err != nil {
+	if cfg.Listen, err = check(sv, lookupSetting(bookieSettings, "bookie-listen"), parseListen); err != nil {
 		return cfg, err
 	}
 	cfg.Storage, err = resolveStorage(sv, cfg.DataDir)

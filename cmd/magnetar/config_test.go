@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/magnetar-io/magnetar/bookie/journal"
+	"github.com/magnetar-io/magnetar/bookie/storage"
 )
 
 // clearEnv unsets every MAGNETAR_* setting variable for the test, so the
@@ -162,12 +165,23 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	want := standaloneConfig{
-		DataDir:          "./data",
-		PulsarListen:     "0.0.0.0:6650",
-		KafkaListen:      "0.0.0.0:9092",
-		HTTPListen:       "0.0.0.0:8080",
-		MetadataStore:    metadataStoreURL{Kind: "local"},
-		ZKSessionTimeout: 30 * time.Second,
+		nodeConfig: nodeConfig{
+			DataDir:          "./data",
+			MetadataStore:    metadataStoreURL{Kind: "local"},
+			ZKSessionTimeout: 30 * time.Second,
+		},
+		PulsarListen: "0.0.0.0:6650",
+		KafkaListen:  "0.0.0.0:9092",
+		HTTPListen:   "0.0.0.0:8080",
+		BookieListen: "127.0.0.1:3181",
+		BookieStorage: storage.Options{
+			Dir:                filepath.Join("data", "bookie"),
+			Journal:            journal.Options{MaxGroupBytes: 512 << 10, MaxGroupWait: time.Millisecond},
+			EntryLogMaxSize:    1 << 30,
+			CheckpointInterval: 10 * time.Second,
+			GCInterval:         time.Minute,
+			GCMinLiveRatio:     0.5,
+		},
 	}
 	if !equalConfig(*r.cfg, want) {
 		t.Errorf("defaults = %+v, want %+v", *r.cfg, want)
@@ -180,7 +194,12 @@ func TestDefaults(t *testing.T) {
 func equalConfig(a, b standaloneConfig) bool {
 	return a.DataDir == b.DataDir && a.PulsarListen == b.PulsarListen && a.KafkaListen == b.KafkaListen &&
 		a.HTTPListen == b.HTTPListen && a.AdvertisedHost == b.AdvertisedHost &&
-		a.MetadataStore.String() == b.MetadataStore.String() && a.ZKSessionTimeout == b.ZKSessionTimeout
+		a.MetadataStore.String() == b.MetadataStore.String() && a.ZKSessionTimeout == b.ZKSessionTimeout &&
+		a.BookieListen == b.BookieListen && a.BookieStorage.Dir == b.BookieStorage.Dir &&
+		a.BookieStorage.NoSync == b.BookieStorage.NoSync && a.BookieStorage.Journal == b.BookieStorage.Journal &&
+		a.BookieStorage.EntryLogMaxSize == b.BookieStorage.EntryLogMaxSize &&
+		a.BookieStorage.CheckpointInterval == b.BookieStorage.CheckpointInterval &&
+		a.BookieStorage.GCInterval == b.BookieStorage.GCInterval && a.BookieStorage.GCMinLiveRatio == b.BookieStorage.GCMinLiveRatio
 }
 
 // TestInvalidInvocations: each mistake exits 2 with a message that names

@@ -151,12 +151,11 @@ func TestSignalDuringStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := standaloneConfig{
-		DataDir:          t.TempDir(),
-		PulsarListen:     "127.0.0.1:6650",
-		KafkaListen:      "127.0.0.1:9092",
-		HTTPListen:       "127.0.0.1:0",
-		MetadataStore:    m,
-		ZKSessionTimeout: 10 * time.Second,
+		nodeConfig:   nodeConfig{DataDir: t.TempDir(), MetadataStore: m, ZKSessionTimeout: 10 * time.Second},
+		PulsarListen: "127.0.0.1:6650",
+		KafkaListen:  "127.0.0.1:9092",
+		HTTPListen:   "127.0.0.1:0",
+		BookieListen: "127.0.0.1:0",
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.standalone(cfg) }()

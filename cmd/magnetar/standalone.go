@@ -27,17 +27,41 @@ const (
 	httpDrainTimeout = 5 * time.Second
 )
 
-// standaloneConfig is the checked configuration of `magnetar standalone`.
-type standaloneConfig struct {
+// nodeConfig holds the settings every server process has: where its data
+// is, how it is reached, and its metadata store.
+type nodeConfig struct {
 	DataDir          string
-	PulsarListen     string // host:port; checked, not served yet
-	KafkaListen      string // host:port; checked, not served yet
-	HTTPListen       string // host:port
 	AdvertisedHost   string // "" means: per listener (see advertisedHost)
 	MetadataStore    metadataStoreURL
 	ZKSessionTimeout time.Duration
-	BookieListen     string
-	BookieStorage    storage.Options
+}
+
+// resolveNode checks the node settings, as declared in list.
+func resolveNode(sv *settingValues, list []setting) (nodeConfig, error) {
+	var cfg nodeConfig
+	var err error
+	s := func(name string) setting { return lookupSetting(list, name) }
+	if cfg.DataDir, err = check(sv, s("data-dir"), nonEmpty); err != nil {
+		return cfg, err
+	}
+	if cfg.AdvertisedHost, err = check(sv, s("advertised-host"), parseAdvertisedHost); err != nil {
+		return cfg, err
+	}
+	if cfg.MetadataStore, err = check(sv, s("metadata-store"), parseMetadataStore); err != nil {
+		return cfg, err
+	}
+	cfg.ZKSessionTimeout, err = check(sv, s("zk-session-timeout"), parsePositiveDuration)
+	return cfg, err
+}
+
+// standaloneConfig is the checked configuration of `magnetar standalone`.
+type standaloneConfig struct {
+	nodeConfig
+	PulsarListen  string // host:port; checked, not served yet
+	KafkaListen   string // host:port; checked, not served yet
+	HTTPListen    string // host:port
+	BookieListen  string
+	BookieStorage storage.Options
 }
 
 func newStandaloneCommand(a *app) *cobra.Command {
@@ -71,30 +95,17 @@ exits at once with code 1.
 func resolveStandalone(sv *settingValues) (standaloneConfig, error) {
 	var cfg standaloneConfig
 	var err error
+	if cfg.nodeConfig, err = resolveNode(sv, standaloneSettings); err != nil {
+		return cfg, err
+	}
 	s := func(name string) setting { return lookupSetting(standaloneSettings, name) }
-	if cfg.DataDir, err = check(sv, s("data-dir"), nonEmpty); err != nil {
-		return cfg, err
-	}
-	if cfg.PulsarListen, err = check(sv, s("pulsar-listen"), parseListen); err != nil {
-		return cfg, err
-	}
-	if cfg.KafkaListen, err = check(sv, s("kafka-listen"), parseListen); err != nil {
-		return cfg, err
-	}
-	if cfg.HTTPListen, err = check(sv, s("http-listen"), parseListen); err != nil {
-		return cfg, err
-	}
-	if cfg.AdvertisedHost, err = check(sv, s("advertised-host"), parseAdvertisedHost); err != nil {
-		return cfg, err
-	}
-	if cfg.MetadataStore, err = check(sv, s("metadata-store"), parseMetadataStore); err != nil {
-		return cfg, err
-	}
-	if cfg.ZKSessionTimeout, err = check(sv, s("zk-session-timeout"), parsePositiveDuration); err != nil {
-		return cfg, err
-	}
-	if cfg.BookieListen, err = check(sv, s("bookie-listen"), parseListen); err != nil {
-		return cfg, err
+	for _, l := range []struct {
+		name string
+		dst  *string
+	}{{"pulsar-listen", &cfg.PulsarListen}, {"kafka-listen", &cfg.KafkaListen}, {"http-listen", &cfg.HTTPListen}, {"bookie-listen", &cfg.BookieListen}} {
+		if *l.dst, err = check(sv, s(l.name), parseListen); err != nil {
+			return cfg, err
+		}
 	}
 	cfg.BookieStorage, err = resolveStorage(sv, cfg.DataDir)
 	return cfg, err
