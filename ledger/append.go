@@ -1,0 +1,201 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+)
+
+// indexEvery: the sparse index records every indexEvery-th entry of a
+// ledger as it is confirmed.
+const indexEvery = 64
+
+// pendingAdd is one Append, from the call to its callback.
+type pendingAdd struct {
+	cur       *current // nil: refused at Append
+	entry     int64
+	h         Header
+	data      []byte // header + payload, as stored; shared with the cache once confirmed
+	lacAtSend int64  // the writer's LAC was at least this when the add was sent
+	done      func(Position, int64, error)
+
+	finished bool
+	err      error
+}
+
+// Append adds an entry holding messages messages (≥ 1) of the given
+// format, asynchronously. The managed ledger writes the entry header: the
+// offset of the first message (continuing the previous entry's), the
+// message count and the publish time (Config.Clock, never earlier than
+// the previous entry's). payload is the caller's again when Append
+// returns.
+//
+// done is called exactly once per Append, in Append order, with the
+// entry's position and first offset, or with an error: ErrFenced,
+// ErrTerminated, ErrClosed, or a bookie failure (retriable: the managed
+// ledger goes on with a new ledger; the appends after a failed one fail
+// too, so that confirmed offsets never have a gap). done runs on an
+// internal goroutine and must not block; it may call Append.
+//
+// Invariant (completions ordered, offsets continuous): appends are
+// assigned offsets and handed to the writer under ml.mu in call order;
+// callbacks run in that order, one at a time (see deliverLocked), and a
+// success is reported only when every earlier append succeeded.
+func (ml *ManagedLedger) Append(payload []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
+	p := &pendingAdd{done: done}
+	ml.mu.Lock()
+	ml.queue = append(ml.queue, p)
+	err := ml.refuseLocked()
+	if err == nil && messages < 1 {
+		err = fmt.Errorf("ledger: managed ledger %s: append of %d messages", ml.name, messages)
+	}
+	if err == nil && format != FormatPulsar && format != FormatKafka {
+		err = fmt.Errorf("ledger: managed ledger %s: append in unknown %v", ml.name, format)
+	}
+	if err != nil {
+		p.finished, p.err = true, err
+		ml.mu.Unlock()
+		go ml.deliver()
+		return
+	}
+	c := ml.cur
+	pub := max(ml.cfg.Clock().UnixMilli(), ml.lastPubMs)
+	ml.lastPubMs = pub
+	p.h = Header{Format: format, FirstOffset: ml.nextOffset, Messages: messages, PublishTime: pub}
+	ml.nextOffset += int64(messages)
+	p.data = append(AppendHeader(make([]byte, 0, HeaderSize+len(payload)), p.h), payload...)
+	p.cur, p.entry, p.lacAtSend = c, c.sent, c.l.entries-1
+	c.sent++
+	c.size += int64(len(p.data))
+	ml.sentPending++
+	c.w.Append(p.data, func(id int64, err error) { ml.completed(p, id, err) })
+	roll := ml.shouldRollLocked()
+	ml.mu.Unlock()
+	if roll {
+		go ml.rollover()
+	}
+}
+
+func (ml *ManagedLedger) refuseLocked() error {
+	switch {
+	case ml.state != mlOpen:
+		return ml.stateErr
+	case ml.failed != nil:
+		ml.startRollLocked()
+		return ml.failed
+	case ml.cur == nil:
+		return fmt.Errorf("ledger: managed ledger %s has no ledger to write to", ml.name)
+	}
+	return nil
+}
+
+// completed is the writer's callback for p.
+func (ml *ManagedLedger) completed(p *pendingAdd, id int64, err error) {
+	ml.mu.Lock()
+	p.finished = true
+	switch {
+	case err != nil && isFenced(err):
+		p.err = ml.fenceLocked(err)
+	case err != nil:
+		p.err = fmt.Errorf("ledger: managed ledger %s: ledger %d: %w", ml.name, p.cur.l.id, err)
+	case id != p.entry:
+		p.err = fmt.Errorf("%w: managed ledger %s: ledger %d acknowledged entry %d for entry %d",
+			ErrCorrupt, ml.name, p.cur.l.id, id, p.entry)
+	}
+	ml.deliverLocked()
+}
+
+// deliver runs the callbacks that are ready.
+func (ml *ManagedLedger) deliver() {
+	ml.mu.Lock()
+	ml.deliverLocked()
+}
+
+// deliverLocked, called with ml.mu held, confirms the finished appends at
+// the head of the queue and runs their callbacks without the lock, until
+// the head is unfinished. Only one goroutine delivers at a time (the
+// others leave their finished appends to it), which keeps callbacks in
+// order and one at a time. It returns with ml.mu released.
+func (ml *ManagedLedger) deliverLocked() {
+	if ml.delivering {
+		ml.mu.Unlock()
+		return
+	}
+	ml.delivering = true
+	var batch []*pendingAdd
+	for {
+		batch = batch[:0]
+		for len(ml.queue) > 0 && ml.queue[0].finished {
+			p := ml.queue[0]
+			ml.queue[0] = nil
+			ml.queue = ml.queue[1:]
+			ml.confirmLocked(p)
+			batch = append(batch, p)
+		}
+		if len(batch) == 0 {
+			ml.delivering = false
+			ml.mu.Unlock()
+			return
+		}
+		ml.wakeLocked()
+		if ml.sentPending == 0 && ml.drained != nil {
+			close(ml.drained)
+			ml.drained = nil
+		}
+		ml.mu.Unlock()
+		for _, p := range batch {
+			if p.err != nil {
+				p.done(Position{}, -1, p.err)
+			} else {
+				p.done(Position{p.cur.l.id, p.entry}, p.h.FirstOffset, nil)
+			}
+		}
+		ml.mu.Lock()
+	}
+}
+
+// confirmLocked applies a finished append, in order: a success advances
+// the ledger's counts, the index and the last confirmed position; the
+// first failure stops every later success (see failed).
+func (ml *ManagedLedger) confirmLocked(p *pendingAdd) {
+	if p.cur == nil {
+		return // refused at Append
+	}
+	ml.sentPending--
+	if p.err == nil && ml.failed != nil {
+		p.err = ml.failed
+	}
+	if p.err != nil {
+		if ml.failed == nil && ml.state == mlOpen && !errors.Is(p.err, ErrFenced) {
+			ml.failed = p.err
+			ml.log.Warn("append failed; starting a new ledger", "ledger", p.cur.l.id, "err", p.err)
+			ml.startRollLocked()
+		}
+		p.data = nil
+		return
+	}
+	l, h := p.cur.l, p.h
+	l.entries++
+	l.size += int64(len(p.data))
+	l.messages += int64(h.Messages)
+	if l.entries == 1 {
+		l.firstPubMs = h.PublishTime
+	}
+	l.lastPubMs = h.PublishTime
+	if p.entry%indexEvery == 0 {
+		l.index.add(p.entry, h)
+	}
+	ml.lastConfirmed = Position{l.id, p.entry}
+	ml.confirmedNext = h.NextOffset()
+	// In the cache before any reader can see it confirmed (the insert is
+	// a short, non-blocking call).
+	ml.cfg.Cache.Insert(EntryKey{ML: ml.cacheID, Ledger: l.id, Entry: p.entry}, p.data)
+	if !l.closedWriter {
+		l.pin = append(l.pin, pinned{p.entry, p.data})
+		i := 0
+		for i < len(l.pin) && l.pin[i].entry <= p.lacAtSend {
+			l.pin[i] = pinned{}
+			i++
+		}
+		l.pin = l.pin[i:]
+	}
+}

@@ -1,0 +1,179 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"sort"
+)
+
+// Entry is an entry read back: its position, the header the managed
+// ledger wrote and the payload the appender gave. Payload may be shared
+// with the cache: it must not be modified.
+type Entry struct {
+	Position Position
+	Header   Header
+	Payload  []byte
+}
+
+// Read returns up to maxEntries confirmed entries from position from
+// (included) on, crossing into later ledgers; none (and no error) when
+// from is past LastConfirmed — WaitNewEntries then waits for more. A
+// position in a ledger that is no longer in the list because it was
+// trimmed is ErrOffsetOutOfRange (FirstPosition says where data starts).
+//
+// Entries come from the cache (recent appends are there), then from the
+// tail this instance pinned, then from the bookies, one ranged read per
+// run of misses. Entries read from bookies are not added to the cache, so
+// that catch-up readers do not evict what tailing readers need.
+func (ml *ManagedLedger) Read(ctx context.Context, from Position, maxEntries int) ([]Entry, error) {
+	type span struct{ ledger, first, last int64 }
+	var spans []span
+	ml.mu.Lock()
+	if ml.state == mlClosed {
+		err := ml.stateErr
+		ml.mu.Unlock()
+		return nil, err
+	}
+	i := sort.Search(len(ml.ledgers), func(i int) bool { return ml.ledgers[i].id >= from.Ledger })
+	if len(ml.ledgers) == 0 || from.Ledger < ml.ledgers[0].id {
+		ml.mu.Unlock()
+		return nil, fmt.Errorf("%w: managed ledger %s: position %v was trimmed", ErrOffsetOutOfRange, ml.name, from)
+	}
+	start := max(from.Entry, 0)
+	if i < len(ml.ledgers) && ml.ledgers[i].id != from.Ledger {
+		start = 0 // a ledger no longer listed (dropped empty): go on with the next
+	}
+	for left := int64(maxEntries); left > 0 && i < len(ml.ledgers); i++ {
+		l := ml.ledgers[i]
+		if start < l.entries {
+			n := min(l.entries-start, left)
+			spans = append(spans, span{l.id, start, start + n - 1})
+			left -= n
+		}
+		start = 0
+	}
+	ml.mu.Unlock()
+
+	var out []Entry
+	for _, s := range spans {
+		bs, err := ml.fetch(ctx, s.ledger, s.first, s.last)
+		if err != nil {
+			return out, err
+		}
+		for i, b := range bs {
+			e := s.first + int64(i)
+			h, payload, err := ParseHeader(b)
+			if err != nil {
+				return out, fmt.Errorf("%w: managed ledger %s: ledger %d entry %d: %v", ErrCorrupt, ml.name, s.ledger, e, err)
+			}
+			out = append(out, Entry{Position{s.ledger, e}, h, payload})
+		}
+	}
+	return out, nil
+}
+
+// ReadOffset reads up to maxEntries entries from the one holding message
+// offset on. An offset equal to NextOffset returns no entries (nothing
+// there yet); one outside FirstOffset..NextOffset is ErrOffsetOutOfRange.
+func (ml *ManagedLedger) ReadOffset(ctx context.Context, offset int64, maxEntries int) ([]Entry, error) {
+	if offset == ml.NextOffset() {
+		return nil, nil
+	}
+	info, err := ml.FindOffset(ctx, offset)
+	if err != nil {
+		return nil, err
+	}
+	return ml.Read(ctx, info.Position, maxEntries)
+}
+
+// fetch returns the stored bytes (header and payload) of confirmed
+// entries first..last of a ledger: from the cache, the pinned tail, then
+// the bookies.
+func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64) ([][]byte, error) {
+	out := make([][]byte, last-first+1)
+	missing := 0
+	for i := range out {
+		if b, ok := ml.cfg.Cache.Get(EntryKey{ML: ml.cacheID, Ledger: ledgerID, Entry: first + int64(i)}); ok {
+			out[i] = b
+		} else {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return out, nil
+	}
+	ml.mu.Lock()
+	var pin []pinned
+	if i := sort.Search(len(ml.ledgers), func(i int) bool { return ml.ledgers[i].id >= ledgerID }); i < len(ml.ledgers) && ml.ledgers[i].id == ledgerID {
+		pin = ml.ledgers[i].pin
+	}
+	if len(pin) > 0 {
+		for i := range out {
+			e := first + int64(i)
+			if out[i] != nil || e < pin[0].entry || e > pin[len(pin)-1].entry {
+				continue
+			}
+			// pin is contiguous: entries pin[0].entry, pin[0].entry+1, …
+			out[i] = pin[e-pin[0].entry].data
+		}
+	}
+	ml.mu.Unlock()
+	for i := 0; i < len(out); {
+		if out[i] != nil {
+			i++
+			continue
+		}
+		j := i
+		for j+1 < len(out) && out[j+1] == nil {
+			j++
+		}
+		bs, err := ml.readBookies(ctx, ledgerID, first+int64(i), first+int64(j))
+		if err != nil {
+			return nil, err
+		}
+		copy(out[i:], bs)
+		i = j + 1
+	}
+	return out, nil
+}
+
+// readBookies reads entries first..last from the bookies.
+func (ml *ManagedLedger) readBookies(ctx context.Context, ledgerID, first, last int64) ([][]byte, error) {
+	r, err := ml.reader(ctx, ledgerID)
+	if err != nil {
+		return nil, err
+	}
+	if last > r.LastAddConfirmed() {
+		// A ledger closed or written since the reader last looked.
+		if _, err := r.ReadLAC(ctx); err != nil && last > r.LastAddConfirmed() {
+			return nil, fmt.Errorf("ledger: managed ledger %s: ledger %d: %w", ml.name, ledgerID, err)
+		}
+	}
+	bs, err := r.Read(ctx, first, last)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: managed ledger %s: reading ledger %d entries %d..%d: %w", ml.name, ledgerID, first, last, err)
+	}
+	return bs, nil
+}
+
+// reader returns the (shared) reader of a ledger, opening it without
+// recovery on first use.
+func (ml *ManagedLedger) reader(ctx context.Context, ledgerID int64) (LedgerReader, error) {
+	ml.mu.Lock()
+	r := ml.readers[ledgerID]
+	ml.mu.Unlock()
+	if r != nil {
+		return r, nil
+	}
+	r, err := ml.cfg.Bookies.OpenLedger(ctx, ledgerID, false)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: managed ledger %s: opening ledger %d: %w", ml.name, ledgerID, err)
+	}
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if x := ml.readers[ledgerID]; x != nil {
+		return x, nil
+	}
+	ml.readers[ledgerID] = r
+	return r, nil
+}

@@ -1,0 +1,75 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+)
+
+// Trim deletes the leading ledgers that nothing needs any more and returns
+// how many it deleted. needed is the first position a reader still needs
+// (cursors: the slowest one's read position; with no cursor, the position
+// after LastConfirmed): a ledger is a candidate only if all of it is before
+// needed. A candidate is deleted when it is outside retention (see
+// Config.RetentionTime and RetentionSize); the first one retention keeps
+// stops the trim, so what remains is always a suffix of the log.
+//
+// Invariants: the current ledger, and the last ledger of the list (whose
+// end is the next offset), are never deleted; the list without the
+// deleted ledgers is stored (compare-and-set) before any of them is
+// deleted from the bookies, so a crash in between leaves unlisted ledgers
+// on the bookies, never a list naming deleted ones.
+func (ml *ManagedLedger) Trim(ctx context.Context, needed Position) (int, error) {
+	if err := ml.acquire(ctx); err != nil {
+		return 0, err
+	}
+	defer ml.release()
+	ml.mu.Lock()
+	if ml.state != mlOpen && ml.state != mlTerminated {
+		err := ml.stateErr
+		ml.mu.Unlock()
+		return 0, err
+	}
+	nowMs := ml.cfg.Clock().UnixMilli()
+	var total int64
+	for _, l := range ml.ledgers {
+		total += l.size
+	}
+	var drop []int64
+	var dropped int64
+	for i, l := range ml.ledgers {
+		if i == len(ml.ledgers)-1 || !l.closed || (ml.cur != nil && ml.cur.l == l) {
+			break
+		}
+		if !(l.id < needed.Ledger || (l.id == needed.Ledger && needed.Entry >= l.entries)) {
+			break
+		}
+		rt, rs := ml.cfg.RetentionTime, ml.cfg.RetentionSize
+		expired := l.entries == 0 || (rt >= 0 && nowMs-l.lastPubMs >= rt.Milliseconds())
+		overSize := rs >= 0 && total-dropped-l.size >= rs
+		if !expired && !overSize {
+			break
+		}
+		drop = append(drop, l.id)
+		dropped += l.size
+	}
+	if len(drop) == 0 {
+		ml.mu.Unlock()
+		return 0, nil
+	}
+	keep := ml.ledgers[len(drop):]
+	list, v := ml.listLocked()
+	list.Ledgers = list.Ledgers[len(drop):]
+	ml.mu.Unlock()
+
+	if err := ml.store(ctx, list, v); err != nil {
+		return 0, fmt.Errorf("ledger: managed ledger %s: trimming: %w", ml.name, err)
+	}
+	ml.mu.Lock()
+	ml.ledgers = keep
+	for _, id := range drop {
+		delete(ml.readers, id)
+	}
+	ml.mu.Unlock()
+	ml.log.Info("trimmed ledgers", "ledgers", drop, "bytes", dropped)
+	return len(drop), ml.deleteLedgers(ctx, drop...)
+}
