@@ -165,10 +165,15 @@ func (ml *ManagedLedger) confirmLocked(p *pendingAdd) {
 		p.err = ml.failed
 	}
 	if p.err != nil {
-		if ml.failed == nil && ml.state == mlOpen && !errors.Is(p.err, ErrFenced) {
+		// Fencing too: an append after a fenced one may land in a ledger
+		// the new owner has not fenced yet, and must not be reported
+		// successful past the gap.
+		if ml.failed == nil {
 			ml.failed = p.err
-			ml.log.Warn("append failed; starting a new ledger", "ledger", p.cur.l.id, "err", p.err)
-			ml.startRollLocked()
+			if ml.state == mlOpen && !errors.Is(p.err, ErrFenced) {
+				ml.log.Warn("append failed; starting a new ledger", "ledger", p.cur.l.id, "err", p.err)
+				ml.startRollLocked()
+			}
 		}
 		p.data = nil
 		return

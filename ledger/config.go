@@ -15,6 +15,10 @@ const (
 	DefaultMaxLedgerSize       = 1 << 30
 	DefaultMaxLedgerAge        = 4 * time.Hour
 	DefaultMinLedgerAge        = 10 * time.Minute
+
+	DefaultCursorFlushInterval   = time.Second
+	DefaultMaxPersistedAckRanges = 1000
+	DefaultTrimInterval          = time.Minute
 )
 
 // Config configures a Factory and every managed ledger it opens. It is
@@ -44,13 +48,37 @@ type Config struct {
 	MaxLedgerAge        time.Duration
 	MinLedgerAge        time.Duration
 
-	// Retention, applied by Trim to ledgers no cursor needs: a ledger is
-	// kept while its last entry is younger than RetentionTime AND the
-	// ledgers after it hold less than RetentionSize bytes; past either
-	// limit it is deleted. Zero keeps nothing (the default, as in
-	// Pulsar); negative means no limit on that side.
+	// Retention, applied by Trim to ledgers no durable cursor needs (with
+	// no durable cursor: to every ledger): a ledger is kept while its
+	// last entry is younger than RetentionTime AND the ledgers after it
+	// hold less than RetentionSize bytes; past either limit it is
+	// deleted. Zero keeps nothing (the default, as in Pulsar: a topic
+	// without subscriptions keeps nothing); negative means no limit on
+	// that side.
 	RetentionTime time.Duration
 	RetentionSize int64
+
+	// CursorFlushInterval: a durable cursor writes its acknowledgements
+	// to the metadata store at most once per interval (default 1 s),
+	// coalescing the changes in between, and on Close. A broker crash
+	// loses at most the acknowledgements of the last interval (their
+	// messages are delivered again). Negative: write after every change
+	// (still one write at a time, coalescing what arrives meanwhile).
+	CursorFlushInterval time.Duration
+	// MaxPersistedAckRanges bounds the ranges of individually
+	// acknowledged entries a durable cursor writes (default 1000): beyond
+	// them only the first ones are kept, and the entries of the others are
+	// delivered again after a crash or a move.
+	MaxPersistedAckRanges int
+	// TrimInterval: besides after rollovers and cursor movements, the
+	// ledgers no durable cursor needs are trimmed this often (default
+	// 1 min), so that time retention expires data without other events.
+	// Negative disables the timer.
+	TrimInterval time.Duration
+
+	// cursorWriting and cursorWritten, if set, are called before and
+	// after each write of a durable cursor's state, with the state (tests).
+	cursorWriting, cursorWritten func(c *Cursor, s storedCursor)
 
 	// Clock gives publish times and ledger ages. Default time.Now.
 	Clock func() time.Time
@@ -91,6 +119,21 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxEntriesPerLedger < 0 || c.MaxLedgerSize < 0 || c.MaxLedgerAge < 0 {
 		return c, errors.New("ledger: negative rollover limit")
+	}
+	switch {
+	case c.CursorFlushInterval == 0:
+		c.CursorFlushInterval = DefaultCursorFlushInterval
+	case c.CursorFlushInterval < 0:
+		c.CursorFlushInterval = 0
+	}
+	if c.MaxPersistedAckRanges == 0 {
+		c.MaxPersistedAckRanges = DefaultMaxPersistedAckRanges
+	}
+	if c.MaxPersistedAckRanges < 0 {
+		return c, errors.New("ledger: negative MaxPersistedAckRanges")
+	}
+	if c.TrimInterval == 0 {
+		c.TrimInterval = DefaultTrimInterval
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now

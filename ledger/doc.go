@@ -22,6 +22,20 @@
 // managed ledger, across rollovers and restarts. FindOffset and FindTime
 // locate entries from in-memory tables (index.go).
 //
+// # Cursors
+//
+// A cursor (cursor.go) reads a managed ledger and keeps what its reader
+// acknowledged: a mark-delete position (every entry up to it) and the
+// entries acknowledged individually after it, as ranges (acks.go, a pure
+// state machine over a view of the ledger list). A durable cursor — a
+// subscription, a Kafka consumer group on one partition — is written to
+// the metadata store, rate-limited and on Close (cursorstore.go); a crash
+// loses at most the last interval's acknowledgements, whose messages are
+// delivered again, never skipped. Every durable cursor stored is loaded
+// when the managed ledger opens, and the ledgers before the slowest one's
+// written mark-delete position are trimmed once retention lets them go
+// (cursors.go). Non-durable cursors live in memory and hold nothing back.
+//
 // # Metadata format
 //
 // The value of /managed-ledgers/<name> is JSON (storedList in metadata.go
@@ -30,7 +44,9 @@
 // terminated) and the ledger list: per ledger its id, whether it is closed
 // (its fields are then final), entries, bytes, first offset, message count
 // and first and last publish times (milliseconds). The children of the
-// node are reserved for cursors.
+// node are the durable cursors, /managed-ledgers/<name>/<cursor>, each a
+// JSON value versioned by its own "format" (storedCursor in
+// cursorstore.go).
 //
 // # Invariants
 //
@@ -51,7 +67,8 @@
 //     the custom property "managed-ledger"), never a list naming a missing
 //     ledger.
 //   - Trim never deletes the current ledger, the last ledger, or data
-//     before the position readers still need or inside retention.
+//     after a durable cursor's written mark-delete position or inside
+//     retention.
 //   - Publish times never decrease along a managed ledger: a clock going
 //     back is clamped to the previous entry's time (so FindTime's binary
 //     search holds).
@@ -62,12 +79,16 @@
 // the metadata store or a bookie operation that waits; LedgerWriter.Append
 // is called under it, as it only queues (the call order is the entry
 // order). Operations that change the list take the ops token instead,
-// which orders them without blocking appends or reads.
+// which orders them without blocking appends or reads. Cursor.mu guards a
+// cursor's state; it may be held while taking ManagedLedger.mu (never the
+// other way round) and is never held across I/O either.
 //
 // # Errors
 //
 // ErrInvalidName, ErrAlreadyOpen, ErrFenced, ErrTerminated, ErrClosed,
 // ErrOffsetOutOfRange and ErrCorrupt come back wrapped, naming the managed
-// ledger; test them with errors.Is. Bookie and metadata store errors are
+// ledger; for cursors also ErrInvalidCursorName, ErrNoCursor and
+// ErrCursorClosed (and ErrFenced when another broker took the cursor
+// over). Test them with errors.Is. Bookie and metadata store errors are
 // wrapped as they are.
 package ledger

@@ -28,4 +28,12 @@ var (
 	// (a malformed list, an entry header whose offset does not continue
 	// its predecessor's). The message says where.
 	ErrCorrupt = errors.New("ledger: corrupt managed ledger")
+	// ErrInvalidCursorName: a cursor name that is empty, contains "/" or
+	// does not make a valid metadata path.
+	ErrInvalidCursorName = errors.New("ledger: invalid cursor name")
+	// ErrNoCursor: no durable cursor of that name (DeleteCursor), or the
+	// cursor was deleted.
+	ErrNoCursor = errors.New("ledger: no such cursor")
+	// ErrCursorClosed: the cursor was closed (reopen it with OpenCursor).
+	ErrCursorClosed = errors.New("ledger: cursor closed")
 )

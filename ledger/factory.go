@@ -65,6 +65,12 @@ func (f *Factory) Open(ctx context.Context, name string) (*ManagedLedger, error)
 	f.mu.Unlock()
 
 	ml, err := open(ctx, f, name, path)
+	if err == nil {
+		// Every durable cursor is loaded before anything is trimmed.
+		if err = ml.loadCursors(ctx); err != nil {
+			ml.Close(ctx)
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {
@@ -72,6 +78,7 @@ func (f *Factory) Open(ctx context.Context, name string) (*ManagedLedger, error)
 		return nil, err
 	}
 	f.open[name] = ml
+	ml.startTrimming()
 	return ml, nil
 }
 

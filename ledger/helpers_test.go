@@ -36,6 +36,25 @@ type testBookie struct {
 	st     *storage.Storage
 	server *bookie.Server
 	down   bool
+	fs     vfs.FS
+	dir    string
+}
+
+// entryLogBytes returns the size of the bookie's entry logs.
+func (b *testBookie) entryLogBytes(t testing.TB) int64 {
+	t.Helper()
+	dir := b.fs.PathJoin(b.dir, "entrylogs")
+	names, err := b.fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, name := range names {
+		if fi, err := b.fs.Stat(b.fs.PathJoin(dir, name)); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
 }
 
 type testCluster struct {
@@ -50,6 +69,9 @@ type bookieOptions struct {
 	dir    string
 	noSync bool
 	addr   string // listen address; default 127.0.0.1:0
+	// entryLogMaxSize: entry logs roll over past this size (GC reclaims
+	// finished ones); default the storage's.
+	entryLogMaxSize int64
 }
 
 func newTestCluster(t testing.TB, n int) *testCluster {
@@ -90,7 +112,7 @@ func (tc *testCluster) addBookie(o bookieOptions) *testBookie {
 // startBookie opens storage, serves it and registers the bookie.
 func startBookie(store meta.Store, o bookieOptions) (*testBookie, error) {
 	st, err := storage.Open(storage.Options{FS: o.fs, Dir: o.dir, NoSync: o.noSync,
-		CheckpointInterval: -1, GCInterval: -1, Logger: testLogger()})
+		CheckpointInterval: -1, GCInterval: -1, EntryLogMaxSize: o.entryLogMaxSize, Logger: testLogger()})
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +130,7 @@ func startBookie(store meta.Store, o bookieOptions) (*testBookie, error) {
 		return nil, err
 	}
 	go srv.Serve(ln)
-	b := &testBookie{addr: ln.Addr().String(), st: st, server: srv}
+	b := &testBookie{addr: ln.Addr().String(), st: st, server: srv, fs: o.fs, dir: o.dir}
 	if _, err := store.Create(context.Background(), meta.Join(meta.BookiesAvailableRoot, b.addr), []byte(`{}`), meta.Ephemeral); err != nil {
 		return nil, err
 	}
@@ -164,8 +186,10 @@ func (tc *testCluster) factory(tweak ...func(*Config)) *testEnv {
 	}
 	env := &testEnv{bookies: &countingBookies{Bookies: ClientBookies(c)}, cache: cache,
 		clock: newFakeClock(), meta: s}
+	// Infinite retention unless a test sets one: with no durable cursor,
+	// retention alone decides what is trimmed.
 	cfg := Config{Bookies: env.bookies, Meta: s, Cache: cache, Clock: env.clock.Now, Logger: testLogger(),
-		MinLedgerAge: -1}
+		MinLedgerAge: -1, RetentionTime: -1, RetentionSize: -1}
 	for _, f := range tweak {
 		f(&cfg)
 	}

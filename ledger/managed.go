@@ -63,6 +63,15 @@ type ManagedLedger struct {
 	rollTimer     *time.Timer
 	retryAt       time.Time // no rollover attempt before (after one failed)
 	toDelete      []int64   // ledgers dropped from the list in memory, to delete once it is stored
+
+	// cursors holds the durable cursors by name (cursors.go); cursorOps
+	// is a one-slot token ordering OpenCursor and DeleteCursor. Cursor
+	// locks are taken before ml.mu, never while holding it.
+	cursors   map[string]*Cursor
+	cursorOps chan struct{}
+	trimming  bool // a trim driven by cursors runs (trimLoop)
+	trimAgain bool // and another one was asked for meanwhile
+	trimTimer *time.Timer
 }
 
 type mlState int
@@ -224,27 +233,34 @@ func (ml *ManagedLedger) Ledgers() []LedgerInfo {
 // ErrFenced). Tailing readers call it when a Read came back empty.
 func (ml *ManagedLedger) WaitNewEntries(ctx context.Context, after Position) error {
 	for {
-		ml.mu.Lock()
-		if ml.lastConfirmed.Compare(after) > 0 {
-			ml.mu.Unlock()
-			return nil
-		}
-		if ml.state != mlOpen {
-			err := ml.stateErr
-			ml.mu.Unlock()
+		ch, err := ml.newEntries(after)
+		if err != nil || ch == nil {
 			return err
 		}
-		if ml.waiters == nil {
-			ml.waiters = make(chan struct{})
-		}
-		ch := ml.waiters
-		ml.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// newEntries returns nil if an entry after `after` is confirmed, the
+// error that ends waiting if none can come, or else a channel closed at
+// the next confirmation or change of state.
+func (ml *ManagedLedger) newEntries(after Position) (<-chan struct{}, error) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if ml.lastConfirmed.Compare(after) > 0 {
+		return nil, nil
+	}
+	if ml.state != mlOpen {
+		return nil, ml.stateErr
+	}
+	if ml.waiters == nil {
+		ml.waiters = make(chan struct{})
+	}
+	return ml.waiters, nil
 }
 
 func (ml *ManagedLedger) wakeLocked() {
@@ -478,10 +494,11 @@ func (ml *ManagedLedger) Terminate(ctx context.Context) (Position, error) {
 	return ml.terminatedAt, nil
 }
 
-// Close stops appends (ErrClosed), waits for pending ones, closes the
-// current ledger and records it in the list, so that the next open need
-// not recover it. The cache keeps entries until they are evicted.
-func (ml *ManagedLedger) Close(ctx context.Context) error {
+// Close stops appends (ErrClosed), closes the cursors (writing their
+// state), waits for pending appends, closes the current ledger and
+// records it in the list, so that the next open need not recover it. The
+// cache keeps entries until they are evicted.
+func (ml *ManagedLedger) Close(ctx context.Context) (err error) {
 	ml.mu.Lock()
 	if ml.state == mlClosed {
 		ml.mu.Unlock()
@@ -489,8 +506,18 @@ func (ml *ManagedLedger) Close(ctx context.Context) error {
 	}
 	wasOpen := ml.state == mlOpen || ml.state == mlTerminated
 	ml.setStateLocked(mlClosed, fmt.Errorf("%w: %s", ErrClosed, ml.name))
+	if ml.trimTimer != nil {
+		ml.trimTimer.Stop()
+	}
 	ml.mu.Unlock()
 	defer ml.f.forget(ml)
+	// Cursors write their last acknowledgements (a fenced one cannot:
+	// its node is the new owner's). A failure does not stop the close.
+	if cerr := ml.closeCursors(ctx); cerr != nil {
+		defer func() {
+			err = errors.Join(err, fmt.Errorf("ledger: closing managed ledger %s: cursors: %w", ml.name, cerr))
+		}()
+	}
 	if err := ml.acquire(ctx); err != nil {
 		ml.cancel()
 		return fmt.Errorf("ledger: closing managed ledger %s: %w", ml.name, err)
@@ -537,13 +564,22 @@ func (ml *ManagedLedger) Close(ctx context.Context) error {
 	return nil
 }
 
-// Delete deletes the managed ledger: its metadata node (which must have no
-// children: delete its cursors first), then every ledger on the bookies.
-// The instance is closed. A crash in between leaves orphan ledgers, whose
+// Delete deletes the managed ledger: its cursors (every cursor node, open
+// here or not), its metadata node, then every ledger on the bookies. The
+// instance is closed. A crash in between leaves orphan ledgers, whose
 // metadata names the managed ledger (custom property "managed-ledger").
+// A fenced managed ledger is the new owner's: Delete returns ErrFenced.
 func (ml *ManagedLedger) Delete(ctx context.Context) error {
 	ml.mu.Lock()
+	if ml.state == mlFenced {
+		err := ml.stateErr
+		ml.mu.Unlock()
+		return err
+	}
 	ml.setStateLocked(mlClosed, fmt.Errorf("%w: %s was deleted", ErrClosed, ml.name))
+	if ml.trimTimer != nil {
+		ml.trimTimer.Stop()
+	}
 	ml.mu.Unlock()
 	defer ml.f.forget(ml)
 	if err := ml.acquire(ctx); err != nil {
@@ -567,6 +603,9 @@ func (ml *ManagedLedger) Delete(ctx context.Context) error {
 		if x != nil {
 			x.w.Close(ctx) // its error does not matter: the ledger goes
 		}
+	}
+	if err := ml.deleteCursors(ctx); err != nil {
+		return fmt.Errorf("ledger: deleting managed ledger %s: deleting cursors: %w", ml.name, err)
 	}
 	if err := ml.cfg.Meta.Delete(ctx, ml.path, v); err != nil {
 		if errors.Is(err, meta.ErrBadVersion) {

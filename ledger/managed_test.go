@@ -464,8 +464,7 @@ func TestTrimWithRetention(t *testing.T) {
 	size := lgs[0].Size
 	trim := func(needed Position, rt time.Duration, rs int64) int {
 		t.Helper()
-		ml.cfg.RetentionTime, ml.cfg.RetentionSize = rt, rs
-		n, err := ml.Trim(ctx, needed)
+		n, err := ml.trim(ctx, needed, rt, rs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,8 @@ func open(ctx context.Context, f *Factory, name, path string) (_ *ManagedLedger,
 	cfg := &f.cfg
 	ml := &ManagedLedger{name: name, path: path, f: f, cfg: cfg,
 		log: cfg.Logger.With("component", "managed-ledger", "name", name),
-		ops: make(chan struct{}, 1), readers: make(map[int64]LedgerReader)}
+		ops: make(chan struct{}, 1), readers: make(map[int64]LedgerReader),
+		cursors: make(map[string]*Cursor), cursorOps: make(chan struct{}, 1)}
 	var w LedgerWriter // created once, reused across attempts
 	defer func() {
 		if err != nil && w != nil {

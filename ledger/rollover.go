@@ -124,6 +124,7 @@ func (ml *ManagedLedger) rollover() {
 				}
 				ml.deleteLedgers(ctx, drop)
 				ml.log.Debug("rolled over", "from", old.l.id, "to", l.Ledgers[len(l.Ledgers)-1].LedgerID)
+				ml.scheduleTrim() // the old ledger may be consumed already
 				return
 			}
 			// An append failed while the old ledger was closing: reset.

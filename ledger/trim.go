@@ -3,12 +3,14 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Trim deletes the leading ledgers that nothing needs any more and returns
 // how many it deleted. needed is the first position a reader still needs
-// (cursors: the slowest one's read position; with no cursor, the position
-// after LastConfirmed): a ledger is a candidate only if all of it is before
+// (TrimConsumed passes the entry after the slowest durable cursor's
+// persisted mark-delete position; the managed ledger runs it by itself,
+// see cursors.go): a ledger is a candidate only if all of it is before
 // needed. A candidate is deleted when it is outside retention (see
 // Config.RetentionTime and RetentionSize); the first one retention keeps
 // stops the trim, so what remains is always a suffix of the log.
@@ -19,6 +21,11 @@ import (
 // deleted from the bookies, so a crash in between leaves unlisted ledgers
 // on the bookies, never a list naming deleted ones.
 func (ml *ManagedLedger) Trim(ctx context.Context, needed Position) (int, error) {
+	return ml.trim(ctx, needed, ml.cfg.RetentionTime, ml.cfg.RetentionSize)
+}
+
+// trim is Trim with retention limits rt and rs.
+func (ml *ManagedLedger) trim(ctx context.Context, needed Position, rt time.Duration, rs int64) (int, error) {
 	if err := ml.acquire(ctx); err != nil {
 		return 0, err
 	}
@@ -43,7 +50,6 @@ func (ml *ManagedLedger) Trim(ctx context.Context, needed Position) (int, error)
 		if !(l.id < needed.Ledger || (l.id == needed.Ledger && needed.Entry >= l.entries)) {
 			break
 		}
-		rt, rs := ml.cfg.RetentionTime, ml.cfg.RetentionSize
 		expired := l.entries == 0 || (rt >= 0 && nowMs-l.lastPubMs >= rt.Milliseconds())
 		overSize := rs >= 0 && total-dropped-l.size >= rs
 		if !expired && !overSize {

@@ -1,0 +1,240 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/client"
+)
+
+// Trimming driven by cursors while appends and reads go on, ledgers
+// rolling over every 20 entries, no retention:
+//
+//  1. a durable cursor that acknowledges nothing holds every ledger;
+//  2. once it acknowledges into the fourth ledger, the three before go,
+//     from the list and from the bookie;
+//  3. deleting it lets trimming follow the other durable cursor, and the
+//     bookie's garbage collection gives the space back.
+//
+// Appenders, a durable reader (acknowledging as it goes) and a
+// non-durable reader keep working throughout.
+func TestTrimUnderLoad(t *testing.T) {
+	ctx := testCtx(t)
+	tc := newTestCluster(t, 0)
+	bk := tc.addBookie(bookieOptions{fs: vfs.NewMem(), dir: "/b0", entryLogMaxSize: 64 << 10})
+	env := tc.factory(func(c *Config) {
+		c.MaxEntriesPerLedger = 20
+		c.RetentionTime, c.RetentionSize = 0, 0
+		c.CursorFlushInterval = 5 * time.Millisecond
+	})
+	ml := env.open(t, "t/trimload")
+	fast, err := ml.OpenCursor(ctx, "fast", StartEarliest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := ml.OpenCursor(ctx, "slow", StartEarliest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := ml.NewNonDurableCursor(StartEarliest)
+	firstLedger := ml.Ledgers()[0].LedgerID
+
+	failures := make(chan error, 16)
+	fail := func(err error) {
+		select {
+		case failures <- err:
+		default:
+		}
+	}
+	stop := make(chan struct{})
+	var appenders sync.WaitGroup
+	payload := make([]byte, 1000)
+	for range 2 {
+		appenders.Add(1)
+		go func() {
+			defer appenders.Done()
+			window := make(chan struct{}, 16)
+			for {
+				select {
+				case <-stop:
+					for range cap(window) { // wait for the appends in flight
+						window <- struct{}{}
+					}
+					return
+				case window <- struct{}{}:
+				}
+				ml.Append(payload, FormatPulsar, 1, func(_ Position, _ int64, err error) {
+					if err != nil {
+						fail(fmt.Errorf("append: %w", err))
+					}
+					<-window
+				})
+			}
+		}()
+	}
+	rctx, cancelReaders := context.WithCancel(ctx)
+	defer cancelReaders()
+	var fastNext, tailSkips atomic.Int64
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { // durable: sees every offset, acknowledges as it goes
+		defer readers.Done()
+		for next := int64(0); ; {
+			es, err := fast.ReadEntriesOrWait(rctx, 50)
+			if err != nil {
+				if rctx.Err() == nil {
+					fail(fmt.Errorf("fast reader: %w", err))
+				}
+				return
+			}
+			for _, e := range es {
+				if e.Header.FirstOffset != next {
+					fail(fmt.Errorf("fast reader: offset %d, want %d", e.Header.FirstOffset, next))
+					return
+				}
+				next = e.Header.NextOffset()
+			}
+			fastNext.Store(next)
+			if err := fast.MarkDelete(es[len(es)-1].Position, nil); err != nil {
+				fail(fmt.Errorf("fast reader: %w", err))
+				return
+			}
+		}
+	}()
+	go func() { // non-durable: in order; may be trimmed past
+		defer readers.Done()
+		for next := int64(0); ; {
+			es, err := tail.ReadEntriesOrWait(rctx, 10)
+			if err != nil {
+				if rctx.Err() == nil {
+					fail(fmt.Errorf("non-durable reader: %w", err))
+				}
+				return
+			}
+			for _, e := range es {
+				switch {
+				case e.Header.FirstOffset < next:
+					fail(fmt.Errorf("non-durable reader: offset %d after %d", e.Header.FirstOffset, next))
+					return
+				case e.Header.FirstOffset > next:
+					tailSkips.Add(1)
+				}
+				next = e.Header.NextOffset()
+			}
+		}
+	}()
+	check := func() {
+		t.Helper()
+		select {
+		case err := <-failures:
+			t.Fatal(err)
+		default:
+		}
+	}
+	bookieLedgers := func() []int64 {
+		ids, err := bk.st.Ledgers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+
+	// 1. "slow" holds everything.
+	waitFor(t, 30*time.Second, "8 ledgers", func() bool { check(); return len(ml.Ledgers()) >= 8 })
+	before := ml.Ledgers()
+	if before[0].LedgerID != firstLedger {
+		t.Fatalf("ledger %d trimmed while a cursor at the start needs it", firstLedger)
+	}
+	waitFor(t, 10*time.Second, "the bookie to hold the closed ledgers", func() bool {
+		ids := bookieLedgers()
+		for _, l := range before {
+			if l.Closed && !slices.Contains(ids, l.LedgerID) {
+				return false
+			}
+		}
+		return true
+	})
+	held := len(bookieLedgers())
+
+	// 2. "slow" acknowledges up to the first entry of the fourth ledger
+	// (rollover limits are soft: ledgers hold 20 entries or more).
+	upTo := Position{before[3].LedgerID, 0}
+	if err := slow.MarkDelete(upTo, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "trimming up to the slow cursor", func() bool {
+		check()
+		return ml.Ledgers()[0].LedgerID >= upTo.Ledger
+	})
+	if first, next := ml.FirstPosition(), (mlView{ml}).next(upTo); next.Before(first) {
+		t.Fatalf("trimmed up to %v, but the slow cursor needs %v", first, next)
+	}
+	// The list is stored first, then the ledgers are deleted.
+	c, _ := tc.client()
+	var trimmed []int64
+	for _, l := range before {
+		if l.LedgerID < upTo.Ledger {
+			trimmed = append(trimmed, l.LedgerID)
+		}
+	}
+	if len(trimmed) == 0 {
+		t.Fatal("nothing trimmed")
+	}
+	waitFor(t, 10*time.Second, "the trimmed ledgers to be deleted", func() bool {
+		ids := bookieLedgers()
+		for _, id := range trimmed {
+			if _, err := c.OpenLedger(ctx, id, client.OpenOptions{}); !errors.Is(err, client.ErrNoLedger) || slices.Contains(ids, id) {
+				return false
+			}
+		}
+		return true
+	})
+
+	// 3. Deleting "slow" releases what it held.
+	if err := ml.DeleteCursor(ctx, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	fastAt := fast.PersistedMarkDelete()
+	waitFor(t, 30*time.Second, "trimming up to the fast cursor", func() bool {
+		check()
+		return ml.Ledgers()[0].LedgerID >= fastAt.Ledger
+	})
+	waitFor(t, 10*time.Second, "the bookie to drop them", func() bool { return len(bookieLedgers()) < held })
+
+	close(stop)
+	appenders.Wait()
+	waitFor(t, 30*time.Second, "the fast reader to catch up", func() bool {
+		check()
+		return fastNext.Load() == ml.NextOffset()
+	})
+	cancelReaders()
+	readers.Wait()
+	check()
+	waitFor(t, 30*time.Second, "trimming after the last acknowledgement", func() bool {
+		return len(ml.Ledgers()) <= 2
+	})
+
+	// A checkpoint records which ledgers each finished entry log holds;
+	// garbage collection then removes the logs of deleted ledgers.
+	if err := bk.st.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	logBytes := bk.entryLogBytes(t)
+	if err := bk.st.GC(); err != nil {
+		t.Fatal(err)
+	}
+	after := bk.entryLogBytes(t)
+	if after >= logBytes {
+		t.Fatalf("entry logs %d bytes before GC, %d after", logBytes, after)
+	}
+	t.Logf("%d entries (%d ledgers) appended; bookie ledgers %d → %d; entry logs %d → %d bytes after GC; non-durable reader skipped %d times",
+		ml.NextOffset(), len(before), held, len(bookieLedgers()), logBytes, after, tailSkips.Load())
+}
