@@ -58,13 +58,25 @@ func checkFileHeader(h []byte) string {
 
 // appendRecord appends the encoded record to dst.
 func appendRecord(dst []byte, typ byte, body []byte) []byte {
-	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0) // crc, filled in below
+	return appendRecordCRC(dst, recordCRC(typ, body), typ, body)
+}
+
+// recordCRC is the crc field of a record: CRC-32C over length, type and
+// body. Append computes it on the appender's goroutine, so that the writer
+// only copies.
+func recordCRC(typ byte, body []byte) uint32 {
+	var h [recordHeaderSize - 4]byte
+	binary.BigEndian.PutUint32(h[:], uint32(len(body)))
+	h[4] = typ
+	return crc32.Update(crc32.Update(0, castagnoli, h[:]), castagnoli, body)
+}
+
+// appendRecordCRC appends the record with its crc (recordCRC) to dst.
+func appendRecordCRC(dst []byte, crc uint32, typ byte, body []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, crc)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(body)))
 	dst = append(dst, typ)
-	dst = append(dst, body...)
-	binary.BigEndian.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))
-	return dst
+	return append(dst, body...)
 }
 
 // recordSize is the encoded size of a record with a body of n bytes.

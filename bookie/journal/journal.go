@@ -174,6 +174,7 @@ func (p Position) String() string { return fmt.Sprintf("%d:%d", p.File, p.Offset
 // request is one queued append.
 type request struct {
 	typ  byte
+	crc  uint32 // recordCRC(typ, body)
 	body []byte
 	done func(Position, error)
 }
@@ -343,6 +344,9 @@ func (j *Journal) Append(typ byte, body []byte, done func(end Position, err erro
 		callDone(done, Position{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), MaxRecordSize))
 		return
 	}
+	// The checksum is computed here, concurrently with other appends and
+	// with the writer's sync of an earlier group: the writer only copies.
+	crc := recordCRC(typ, body)
 	j.mu.Lock()
 	if j.mu.closed {
 		j.mu.Unlock()
@@ -360,7 +364,7 @@ func (j *Journal) Append(typ byte, body []byte, done func(end Position, err erro
 	if i >= len(j.mu.ring) {
 		i -= len(j.mu.ring)
 	}
-	j.mu.ring[i] = request{typ: typ, body: body, done: done}
+	j.mu.ring[i] = request{typ: typ, crc: crc, body: body, done: done}
 	j.mu.n++
 	wake := j.mu.writerIdle
 	j.mu.writerIdle = false

@@ -13,7 +13,9 @@ const writeCategory vfs.DiskWriteCategory = "journal"
 
 // run is the writer goroutine: it alone writes, syncs and rotates files and
 // calls done callbacks. While it syncs one group the next one gathers in the
-// queue, which is where batching comes from under load.
+// queue, which is where batching comes from under load; the appenders have
+// computed its checksums meanwhile, so between two syncs the writer only
+// gathers, copies, writes and calls done.
 func (j *Journal) run() {
 	defer close(j.stopped)
 	for j.gather() {
@@ -105,7 +107,7 @@ func (j *Journal) commit() {
 	if j.w.err == nil {
 		buf := slices.Grow(j.w.buf[:0], j.w.bytes)
 		for i := range g {
-			buf = appendRecord(buf, g[i].typ, g[i].body)
+			buf = appendRecordCRC(buf, g[i].crc, g[i].typ, g[i].body)
 		}
 		j.w.buf = buf
 		if err := j.writeAndSync(buf); err != nil {

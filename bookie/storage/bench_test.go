@@ -3,8 +3,10 @@ package storage
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -42,6 +44,81 @@ func BenchmarkAddEntry(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkAddEntryInFlight adds entries from one goroutine with up to 1000
+// adds in flight (as `magnetar perf bookie` does at full load) on the real
+// disk with fsync on: the storage's write path without the network. It
+// reports the journal's average group and syncs/s, the numbers the disk
+// baseline (BenchmarkDiskBaseline) is compared at.
+func BenchmarkAddEntryInFlight(b *testing.B) {
+	for _, size := range []int{1 << 10, 16 << 10} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			fs := &groupCounter{FS: vfs.Default}
+			s := openT(b, Options{FS: fs, Dir: b.TempDir(), Logger: discardLogger, GCInterval: -1})
+			defer closeT(b, s)
+			const inFlight = 1000
+			p := payload(0, 0, size)
+			bufs := make(chan []byte, inFlight)
+			for range inFlight {
+				bufs <- make([]byte, 0, entry.HeaderSize+size)
+			}
+			var failed atomic.Value
+			b.SetBytes(int64(entry.HeaderSize + size))
+			b.ReportAllocs()
+			writes, bytes := fs.writes.Load(), fs.bytes.Load()
+			b.ResetTimer()
+			start := time.Now()
+			for e := range int64(b.N) {
+				buf := <-bufs
+				buf = entry.Encode(buf[:0], entry.Header{Ledger: 1, Entry: e, LAC: e - 1, Length: e}, p)
+				s.AddEntry(buf, false, func(err error) {
+					if err != nil {
+						failed.Store(err)
+					}
+					bufs <- buf
+				})
+			}
+			for range inFlight {
+				<-bufs
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if err := failed.Load(); err != nil {
+				b.Fatal(err)
+			}
+			writes, bytes = fs.writes.Load()-writes, fs.bytes.Load()-bytes
+			b.ReportMetric(float64(writes)/elapsed.Seconds(), "groups/s")
+			b.ReportMetric(float64(bytes)/float64(max(writes, 1))/1024, "KiB/group")
+		})
+	}
+}
+
+// groupCounter counts the writes to journal files: the journal writes a
+// group with one Write.
+type groupCounter struct {
+	vfs.FS
+	writes, bytes atomic.Int64
+}
+
+func (fs *groupCounter) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	if err != nil || !strings.HasSuffix(name, ".jnl") {
+		return f, err
+	}
+	return countedFile{File: f, fs: fs}, nil
+}
+
+type countedFile struct {
+	vfs.File
+	fs *groupCounter
+}
+
+func (f countedFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	f.fs.writes.Add(1)
+	f.fs.bytes.Add(int64(n))
+	return n, err
 }
 
 // BenchmarkReadEntry reads random entries of a filled storage on the real

@@ -11,7 +11,9 @@ import (
 // Checkpoint makes everything applied so far durable outside the journal
 // and lets the journal files it covers go:
 //
-//  1. P := applied (the end of the last applied journal record);
+//  1. P := applied (the end of the last applied journal record; records
+//     journaled but still queued for the applier come after P and stay in
+//     the journal);
 //  2. flush and fsync the entry logs (current and finished ones not yet
 //     synced, and their directory), recording finished logs' metadata;
 //  3. put "c" = P in the index and flush the index;
@@ -104,8 +106,9 @@ func (s *Storage) startLoop(name string, interval time.Duration, fn func() error
 	}()
 }
 
-// Close stops the background loops, closes the journal (its queued records
-// are applied or refused first), makes a final checkpoint and closes the
+// Close stops the background loops, closes the journal and stops the
+// applier (queued records are applied or refused first, and their done
+// callbacks called), makes a final checkpoint and closes the
 // entry logs and index. A read-only storage skips the checkpoint and
 // returns its failure. A second Close returns ErrClosed.
 func (s *Storage) Close() error {
@@ -127,6 +130,9 @@ func (s *Storage) Close() error {
 	if err := s.jnl.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("storage: close journal: %w", err))
 	}
+	// The journal has queued its last records: the applier applies them,
+	// then stops.
+	s.applyQ.close()
 	if err := s.failure(); err != nil {
 		// No checkpoint: the next Open replays the journal.
 		errs = append(errs, err)

@@ -7,14 +7,18 @@
 //
 // An add is verified (entry.Verify), checked against the ledger's state,
 // journaled, and once its journal record is fsynced (group commit) it is
-// applied on the journal goroutine: appended to the current entry log (a
-// buffer, written when full), indexed (a Pebble put, not synced), counted
-// in the ledger's LAC; then acknowledged. Fence and delete are journal
-// records too and apply in the same order, so they survive a crash and
-// replay exactly where they were.
+// handed to the applier goroutine, while the journal goes on with the next
+// group. The applier takes everything handed to it and applies it in
+// journal order: entries appended to the current entry log (a buffer,
+// written when full, its writeback started as it grows), indexed with one
+// Pebble batch (not synced) up to the next fence or delete, counted in the
+// ledgers' LACs; then acknowledged. Fence and delete are journal records
+// too and apply in the same order, so they survive a crash and replay
+// exactly where they were.
 //
 // A checkpoint (Checkpoint, every CheckpointInterval, and at Close) takes
-// P, the end of the last applied journal record; fsyncs the entry logs;
+// P, the end of the last applied journal record (records journaled but
+// not yet applied lie after it); fsyncs the entry logs;
 // records P in the index and flushes it; and releases the journal files
 // before P. Open replays the journal from P into a new entry log; the apply
 // path is idempotent, so records already applied before the crash just

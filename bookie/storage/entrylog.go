@@ -35,6 +35,17 @@ const (
 	logSuffix        = ".log"
 )
 
+// writebackBytes: each time this many more bytes of a log reach its file,
+// the applier asks the kernel to start writing them back (writeback:
+// SyncTo, which on Linux is sync_file_range; no durability). Entry-log
+// pages then go to the disk steadily, beside the journal, instead of
+// piling up as gigabytes of dirty pages that the kernel flushes in a burst
+// or the next checkpoint's fsync has to write at once, stalling journal
+// fsyncs behind them; and since SyncTo first waits for the writeback it
+// asked for last time, an applier faster than the disk is held back there
+// rather than the journal.
+const writebackBytes = 512 << 10
+
 // writeCategory tags entry-log writes for vfs disk-health accounting.
 const writeCategory vfs.DiskWriteCategory = "magnetar-entrylog"
 
@@ -70,6 +81,9 @@ type logWriter struct {
 	buf     []byte // records not yet written; buf[0] is at file offset written
 	written int64
 	ledgers map[int64]int64 // record bytes per ledger, for the log's metadata
+	// writeback is the offset up to which writeback was last asked for
+	// (writebackBytes). Guarded by entryLogs.mu.
+	writeback int64
 }
 
 func (w *logWriter) size() int64 { return w.written + int64(len(w.buf)) }
@@ -113,8 +127,13 @@ type entryLogs struct {
 	nextID   uint64
 	dirDirty bool // a log was created since the directory was last fsynced
 	err      error
+	// wbLog, wbTo: writeback of wbLog up to wbTo is due (writeback).
+	wbLog *logWriter
+	wbTo  int64
 
-	syncMu sync.Mutex // one sync at a time
+	// syncMu: one sync at a time; a finished log's file is closed only
+	// under it (by sync), so writeback holds it too.
+	syncMu sync.Mutex
 
 	readersMu sync.Mutex
 	readers   map[uint64]*logReader
@@ -206,12 +225,42 @@ func (l *entryLogs) append(ledger int64, e []byte) (location, error) {
 			return location{}, err
 		}
 	}
+	if w.written-w.writeback >= writebackBytes {
+		w.writeback = w.written
+		l.wbLog, l.wbTo = w, w.written
+	}
 	if w.size() >= l.maxSize {
 		if err := l.rotateLocked(); err != nil {
 			return location{}, err
 		}
 	}
 	return loc, nil
+}
+
+// writeback asks the kernel to start writing back the log bytes written
+// since the last request, if writebackBytes of them are due (the applier
+// calls it after a batch, holding no lock). SyncTo first waits for the
+// writeback asked for last time. It is a hint, skipped while a sync runs
+// (which writes the logs out anyway); but an error is a write failure like
+// any other.
+func (l *entryLogs) writeback() error {
+	l.mu.Lock()
+	w, to := l.wbLog, l.wbTo
+	l.wbLog = nil
+	l.mu.Unlock()
+	if w == nil || !l.syncMu.TryLock() {
+		return nil
+	}
+	defer l.syncMu.Unlock()
+	if w.f == nil { // finished and closed by a sync meanwhile
+		return nil
+	}
+	if _, err := w.f.SyncTo(to); err != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.failLocked(fmt.Errorf("storage: start writeback of entry log %s: %w", w.path, err))
+	}
+	return nil
 }
 
 // flushLocked writes w's buffer to its file. On failure the buffer is

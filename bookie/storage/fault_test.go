@@ -113,3 +113,55 @@ func TestEntryLogSyncFailure(t *testing.T) {
 		checkEntry(t, s, 1, e, 300)
 	}
 }
+
+// The applier asks the kernel to write entry-log pages back as the log
+// grows (SyncTo), so that they do not pile up for the checkpoint. That is a
+// hint, not durability; but its failure is a write failure like any other.
+func TestEntryLogWritebackFailure(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var syncTos atomic.Int64
+	var on atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind != errorfs.OpFileSyncTo || !strings.Contains(op.Path, "/entrylogs/") {
+			return nil
+		}
+		syncTos.Add(1)
+		if on.Load() {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	opts := testOptions(fs)
+	opts.WriteBufferSize = 64 << 10
+	s := openT(t, opts)
+	const size = 16 << 10
+	perHint := int64(writebackBytes/size + 1)
+	for e := int64(0); e < 3*perHint; e++ {
+		mustAdd(t, s, 1, e, e-1, size)
+	}
+	if n := syncTos.Load(); n < 2 {
+		t.Fatalf("%d writeback requests after %d bytes, want at least 2", n, 3*perHint*size)
+	}
+
+	on.Store(true)
+	var err error
+	e := 3 * perHint
+	for ; e < 6*perHint; e++ {
+		if err = add(t, s, mkEntry(1, e, e-1, size)); err != nil {
+			break
+		}
+	}
+	wantErr(t, err, ErrReadOnly, "add after the writeback request failed")
+	wantErr(t, err, errorfs.ErrInjected, "add after the writeback request failed")
+	on.Store(false)
+	for i := int64(0); i < e; i++ { // acknowledged: readable
+		checkEntry(t, s, 1, i, size)
+	}
+
+	s, _ = crashOpen(t, s, mem, opts, vfs.CrashCloneCfg{})
+	defer closeT(t, s)
+	for i := int64(0); i < e; i++ {
+		checkEntry(t, s, 1, i, size)
+	}
+	mustAdd(t, s, 1, e, e-1, size)
+}

@@ -124,7 +124,12 @@ func (x *index) get(key []byte) ([]byte, bool, error) {
 }
 
 func entryKey(ledger, entryID int64) []byte {
-	k := make([]byte, 17)
+	k := entryKeyArray(ledger, entryID)
+	return k[:]
+}
+
+// entryKeyArray is entryKey without the allocation, for the apply path.
+func entryKeyArray(ledger, entryID int64) (k [17]byte) {
 	k[0] = keyEntry
 	binary.BigEndian.PutUint64(k[1:], uint64(ledger))
 	binary.BigEndian.PutUint64(k[9:], uint64(entryID))
@@ -154,8 +159,13 @@ func logMetaKey(id uint64) []byte {
 }
 
 func encodeLoc(loc location) []byte {
-	v := make([]byte, locSize)
-	binary.BigEndian.PutUint64(v, loc.log)
+	v := locArray(loc)
+	return v[:]
+}
+
+// locArray is encodeLoc without the allocation, for the apply path.
+func locArray(loc location) (v [locSize]byte) {
+	binary.BigEndian.PutUint64(v[:], loc.log)
 	binary.BigEndian.PutUint64(v[8:], uint64(loc.offset))
 	binary.BigEndian.PutUint32(v[16:], loc.size)
 	return v

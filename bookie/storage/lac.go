@@ -10,12 +10,16 @@ import (
 // ledgerState is the in-memory state of a ledger: its persistent record
 // (fenced, deleted) and, loaded on demand, its LAC and last entry.
 //
-// Locking: every field is guarded by Storage.ledgersMu. rec and persisted
+// Locking: every field is guarded by Storage.ledgersMu, but keyPending,
+// which only the apply path uses, under Storage.writeMu. rec and persisted
 // are only written by the apply path, which also holds Storage.writeMu, so
 // the apply path may read them holding writeMu alone.
 type ledgerState struct {
 	rec       ledgerRecord
 	persisted bool // rec is in the index
+	// keyPending: rec is in the batch of the segment being applied, not
+	// yet committed (apply.go).
+	keyPending bool
 
 	// lac and last are valid once lacLoaded. They are loaded from the
 	// index (the last entry's key and its header's lac field), which holds

@@ -15,7 +15,8 @@ import (
 //  3. open the journal, replaying every record after P into the new log,
 //     in order, with the apply path (idempotent: see apply.go);
 //  4. checkpoint, so the replayed records are durable in entry logs and
-//     index and their journal files can go.
+//     index and their journal files can go;
+//  5. start the applier, which applies the records journaled from now on.
 //
 // Ledger states load lazily from the index afterwards. Logs left by a
 // crash (below the new log, without metadata) are sorted out by GC.
@@ -83,6 +84,7 @@ func recoverStorage(o Options, idx *index, logDir string) (*Storage, error) {
 		closing:    make(chan struct{}),
 		applied:    ckpt,
 		lastCkpt:   ckpt,
+		applyQ:     newApplyQueue(o.Journal.QueueSize),
 		ledgers:    make(map[int64]*ledgerState),
 		badLogs:    make(map[uint64]bool),
 		stop:       make(chan struct{}),
@@ -112,5 +114,6 @@ func recoverStorage(o Options, idx *index, logDir string) (*Storage, error) {
 			return nil, err
 		}
 	}
+	go s.runApplier()
 	return s, nil
 }

@@ -48,15 +48,19 @@ type Storage struct {
 	closing   chan struct{} // closed when Close starts: wakes WaitLAC, stops GC
 	closeOnce sync.Once
 
-	// writeMu serializes the apply path (the journal goroutine, or Open's
-	// replay) with GC's index repointing. Under it, apply's check of the
-	// ledger state, entry-log append, index put and state update are one
-	// step, and GC's check-and-repoint of an entry location is atomic
-	// against them.
+	// applyQ takes journaled records to the applier goroutine (applier.go).
+	applyQ *applyQueue
+
+	// writeMu serializes the apply path (the applier, or Open's replay)
+	// with GC's index repointing and the checkpoint's read of applied.
+	// Under it, apply's checks of the ledger states, entry-log appends,
+	// index batch commit and state updates of a segment are one step, and
+	// GC's check-and-repoint of an entry location is atomic against them.
 	writeMu sync.Mutex
 	// applied is the end position of the last journal record applied (or
 	// refused) in order; everything up to it is in the entry logs and the
-	// index. Guarded by writeMu.
+	// index. Records after it may be journaled and queued for the applier.
+	// Guarded by writeMu.
 	applied journal.Position
 	// replaying is set during Open's journal replay. Guarded by writeMu.
 	replaying bool
@@ -89,6 +93,9 @@ type Storage struct {
 	testHookCompactBatch func()
 	// testHookWaitLAC, if set, runs when WaitLAC is about to block.
 	testHookWaitLAC func()
+	// testHookApply, if set, runs on the applier when records are queued,
+	// before it takes them, with no lock held.
+	testHookApply func()
 }
 
 // failure returns the error that made the storage read-only, or nil.
@@ -130,10 +137,12 @@ func (s *Storage) mutable() error {
 // durable, makes it readable (entry log, index, LAC) and calls done(nil).
 //
 // e must not be modified until done is called. done is called exactly once:
-// on the journal goroutine in journal order, or before AddEntry returns when
-// the entry is refused at once. It must be quick and must not block, nor
-// call Storage methods synchronously (it holds up the journal, and a method
-// may wait for it).
+// on the storage's applier goroutine, in journal order with the done
+// callbacks of every add, fence and delete, once the entry is readable (or
+// refused); or before AddEntry returns when the entry is refused at once.
+// It must be quick and must not block, nor call Storage methods
+// synchronously (it holds up the applier, and through it the journal,
+// which a method may wait for).
 func (s *Storage) AddEntry(e []byte, recovery bool, done func(err error)) {
 	h, err := entry.Verify(e)
 	if err == nil && (h.Ledger < 0 || h.Entry < 0) {
@@ -164,17 +173,14 @@ func (s *Storage) appendAdd(h entry.Header, e []byte, recovery bool, done func(e
 		typ = recordRecoveryAdd
 	}
 	s.jnl.Append(typ, e, func(end journal.Position, err error) {
-		if err != nil {
-			done(s.journalFailed(err))
-			return
-		}
-		done(s.applyAdd(end, e, recovery))
+		s.applyQ.put(applyReq{end: end, jerr: err, typ: typ, entry: e, done: done})
 	})
 	return nil
 }
 
-// journalFailed handles a journal error for a record: the journal refuses
-// everything after a failure, so the storage goes read-only too.
+// journalFailed handles a journal error for a record (on the applier, in
+// journal order): the journal refuses everything after a failure, so the
+// storage goes read-only too.
 func (s *Storage) journalFailed(err error) error {
 	if errors.Is(err, journal.ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
@@ -225,11 +231,7 @@ func (s *Storage) appendFence(ledger int64, done func(lac, lastEntry int64, err 
 		return false, -1, -1, err
 	}
 	s.jnl.Append(recordFence, ledgerBody(ledger), func(end journal.Position, err error) {
-		if err != nil {
-			done(-1, -1, s.journalFailed(err))
-			return
-		}
-		done(s.applyFence(end, ledger))
+		s.applyQ.put(applyReq{end: end, jerr: err, typ: recordFence, ledger: ledger, fenceDone: done})
 	})
 	return true, 0, 0, nil
 }
@@ -263,11 +265,7 @@ func (s *Storage) appendDelete(ledger int64, done func(error)) (journaled bool, 
 		return false, err
 	}
 	s.jnl.Append(recordDelete, ledgerBody(ledger), func(end journal.Position, err error) {
-		if err != nil {
-			done(s.journalFailed(err))
-			return
-		}
-		done(s.applyDelete(end, ledger))
+		s.applyQ.put(applyReq{end: end, jerr: err, typ: recordDelete, ledger: ledger, done: done})
 	})
 	return true, nil
 }

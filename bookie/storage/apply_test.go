@@ -1,0 +1,293 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+)
+
+// holdApplier makes the applier wait, once records are queued, until
+// release is called: everything journaled meanwhile queues up and is then
+// taken as one batch. takes counts the batches taken.
+func holdApplier(s *Storage) (release func(), takes *atomic.Int64) {
+	gate := make(chan struct{})
+	var once sync.Once
+	takes = new(atomic.Int64)
+	s.testHookApply = func() {
+		<-gate
+		takes.Add(1)
+	}
+	return func() { once.Do(func() { close(gate) }) }, takes
+}
+
+// waitQueued waits until n records are journaled and queued for the
+// applier.
+func waitQueued(t *testing.T, s *Storage, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for s.applyQ.len() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d queued records (have %d)", n, s.applyQ.len())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// opLog collects done callbacks: which operation, in which order, with
+// what outcome.
+type opLog struct {
+	mu    sync.Mutex
+	order []string
+	errs  map[string]error
+	fence map[string][2]int64
+	all   chan struct{} // closed once want callbacks came
+	want  int
+}
+
+func newOpLog(want int) *opLog {
+	return &opLog{errs: make(map[string]error), fence: make(map[string][2]int64), all: make(chan struct{}), want: want}
+}
+
+func (l *opLog) done(name string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.order = append(l.order, name)
+	l.errs[name] = err
+	if len(l.order) == l.want {
+		close(l.all)
+	}
+}
+
+func (l *opLog) add(s *Storage, name string, ledger, entryID, lac int64, recovery bool) {
+	s.AddEntry(mkEntry(ledger, entryID, lac, 100), recovery, func(err error) { l.done(name, err) })
+}
+
+func (l *opLog) fenceOp(s *Storage, name string, ledger int64) {
+	s.Fence(ledger, func(lac, last int64, err error) {
+		l.mu.Lock()
+		l.fence[name] = [2]int64{lac, last}
+		l.mu.Unlock()
+		l.done(name, err)
+	})
+}
+
+func (l *opLog) del(s *Storage, name string, ledger int64) {
+	s.Delete(ledger, func(err error) { l.done(name, err) })
+}
+
+// The applier applies a batch of queued adds, fences and deletes in
+// journal order, as if one at a time: an add queued after a fence or
+// delete of its ledger is refused, one queued before is not; a fence
+// answers with the entries before it only; callbacks come in journal
+// order. Replay after a crash gives the same state.
+func TestApplyKeepsJournalOrder(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	opts := testOptions(fs)
+	s := openT(t, opts)
+	release, takes := holdApplier(s)
+
+	type step struct {
+		name string
+		do   func(l *opLog)
+		want error // nil, or the sentinel the callback must match
+	}
+	addStep := func(name string, ledger, entryID, lac int64, want error) step {
+		return step{name, func(l *opLog) { l.add(s, name, ledger, entryID, lac, false) }, want}
+	}
+	steps := []step{
+		addStep("1/e0", 1, 0, -1, nil),
+		addStep("4/e0", 4, 0, -1, nil),
+		addStep("1/e1", 1, 1, 0, nil),
+		{"fence 1", func(l *opLog) { l.fenceOp(s, "fence 1", 1) }, nil},
+		addStep("1/e2", 1, 2, 1, ErrFenced), // after the fence
+		{"1/e2 recovery", func(l *opLog) { l.add(s, "1/e2 recovery", 1, 2, 1, true) }, nil},
+		addStep("2/e0", 2, 0, -1, nil),
+		addStep("4/e1", 4, 1, 0, nil),
+		{"delete 2", func(l *opLog) { l.del(s, "delete 2", 2) }, nil},
+		addStep("2/e1", 2, 1, 0, ErrNoLedger), // after the delete
+		{"fence 2", func(l *opLog) { l.fenceOp(s, "fence 2", 2) }, ErrNoLedger},
+		{"fence 3", func(l *opLog) { l.fenceOp(s, "fence 3", 3) }, nil}, // unknown: created fenced
+		addStep("3/e0", 3, 0, -1, ErrFenced),
+		addStep("4/e2", 4, 2, 1, nil),
+	}
+	l := newOpLog(len(steps))
+	for _, st := range steps {
+		st.do(l)
+	}
+	waitQueued(t, s, len(steps)) // none refused at once: all journaled
+	release()
+	await(t, l.all, "the callbacks")
+
+	if n := takes.Load(); n != 1 {
+		t.Fatalf("the applier took the records in %d batches, want 1", n)
+	}
+	for i, st := range steps {
+		if l.order[i] != st.name {
+			t.Fatalf("callback %d is %q, want %q (journal order): %v", i, l.order[i], st.name, l.order)
+		}
+		if err := l.errs[st.name]; st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
+			t.Fatalf("%s: got %v, want %v", st.name, err, st.want)
+		}
+	}
+	// The fence answers with the entries before it (not the recovery add
+	// after it); the fence of an unknown ledger with none.
+	if got := l.fence["fence 1"]; got != [2]int64{0, 1} {
+		t.Fatalf("fence 1 answered LAC, last entry %v, want [0 1]", got)
+	}
+	if got := l.fence["fence 3"]; got != [2]int64{-1, -1} {
+		t.Fatalf("fence 3 answered LAC, last entry %v, want [-1 -1]", got)
+	}
+
+	check := func(s *Storage) {
+		t.Helper()
+		for e := int64(0); e <= 2; e++ {
+			checkEntry(t, s, 1, e, 100)
+			checkEntry(t, s, 4, e, 100)
+		}
+		if fenced, err := s.IsFenced(1); err != nil || !fenced {
+			t.Fatalf("IsFenced(1) = %v, %v", fenced, err)
+		}
+		if lac, last, err := s.LastAddConfirmed(1); err != nil || lac != 1 || last != 2 {
+			t.Fatalf("LastAddConfirmed(1) = %d, %d, %v; want 1, 2", lac, last, err)
+		}
+		_, err := s.ReadEntry(2, 0)
+		wantErr(t, err, ErrNoLedger, "read of deleted ledger 2")
+		_, err = s.ReadEntry(3, 0)
+		wantErr(t, err, ErrNoEntry, "read of the refused add to fenced ledger 3")
+		wantErr(t, add(t, s, mkEntry(1, 3, 2, 100)), ErrFenced, "add to fenced ledger 1")
+		wantErr(t, add(t, s, mkEntry(2, 2, 1, 100)), ErrNoLedger, "add to deleted ledger 2")
+	}
+	check(s)
+	// Replay (nothing checkpointed) applies the same records one by one.
+	s, _ = crashOpen(t, s, fs, opts, vfs.CrashCloneCfg{})
+	defer closeT(t, s)
+	if s.replayed < len(steps) {
+		t.Fatalf("replayed %d records, want at least %d", s.replayed, len(steps))
+	}
+	check(s)
+}
+
+// A checkpoint covers what is applied, not what is journaled: records
+// journaled but still queued for a lagging applier stay in the journal,
+// and a crash right after the checkpoint replays them.
+func TestCheckpointWhileApplierLags(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	opts := testOptions(fs)
+	opts.Journal.MaxFileSize = 4 << 10 // the queued records span several files
+	s := openT(t, opts)
+	const applied, queued, size = 10, 30, 500
+	for e := int64(0); e < applied; e++ {
+		mustAdd(t, s, 1, e, e-1, size)
+	}
+	release, _ := holdApplier(s)
+	defer release()
+	acks := make(chan error, queued)
+	for e := int64(applied); e < applied+queued; e++ {
+		s.AddEntry(mkEntry(1, e, e-1, size), false, func(err error) { acks <- err })
+	}
+	waitQueued(t, s, queued)
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := s.idx.checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.writeMu.Lock()
+	if ckpt != s.applied {
+		t.Fatalf("checkpoint at %v, applied %v", ckpt, s.applied)
+	}
+	s.writeMu.Unlock()
+	// Power loss now: the queued records are only in the journal.
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+
+	release()
+	for range queued {
+		if err := await(t, acks, "an ack"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeT(t, s)
+
+	opts.FS = crashed
+	s = openT(t, opts)
+	defer closeT(t, s)
+	if s.replayed < queued {
+		t.Fatalf("replayed %d records, want at least the %d queued at the checkpoint", s.replayed, queued)
+	}
+	for e := int64(0); e < applied+queued; e++ {
+		checkEntry(t, s, 1, e, size)
+	}
+}
+
+// An entry-log write failing in the middle of a batch: the adds before it
+// in the batch are acknowledged and readable, it fails, the later ones get
+// ErrReadOnly; all are journaled, so a restart has them.
+func TestEntryLogWriteFailureInBatch(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var allow atomic.Int64 // entry-log writes still allowed; -1: no limit
+	allow.Store(-1)
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind != errorfs.OpFileWrite || !strings.Contains(op.Path, "/entrylogs/") {
+			return nil
+		}
+		for {
+			n := allow.Load()
+			switch {
+			case n < 0:
+				return nil
+			case n == 0:
+				return errorfs.ErrInjected
+			case allow.CompareAndSwap(n, n-1):
+				return nil
+			}
+		}
+	}))
+	opts := testOptions(fs)
+	opts.WriteBufferSize = 256 // one write per add
+	s := openT(t, opts)
+	mustAdd(t, s, 1, 0, -1, 300)
+
+	release, takes := holdApplier(s)
+	const n = 5
+	l := newOpLog(n)
+	for e := int64(1); e <= n; e++ {
+		s.AddEntry(mkEntry(1, e, e-1, 300), false, func(err error) { l.done(fmt.Sprint(e), err) })
+	}
+	waitQueued(t, s, n)
+	allow.Store(2) // entries 1 and 2 get written, 3 fails
+	release()
+	await(t, l.all, "the callbacks")
+	if takes.Load() != 1 {
+		t.Fatalf("%d batches, want 1", takes.Load())
+	}
+	for e := 1; e <= n; e++ {
+		err := l.errs[fmt.Sprint(e)]
+		switch {
+		case e <= 2 && err != nil:
+			t.Fatalf("add %d, before the failure: %v", e, err)
+		case e == 3 && !errors.Is(err, errorfs.ErrInjected):
+			t.Fatalf("add %d, the failing one: %v", e, err)
+		case e >= 3 && !errors.Is(err, ErrReadOnly):
+			t.Fatalf("add %d: %v, want ErrReadOnly", e, err)
+		}
+	}
+	for e := int64(0); e <= 2; e++ {
+		checkEntry(t, s, 1, e, 300)
+	}
+	wantErr(t, s.Checkpoint(), ErrReadOnly, "checkpoint after the failure")
+	allow.Store(-1)
+
+	s, _ = crashOpen(t, s, mem, opts, vfs.CrashCloneCfg{})
+	defer closeT(t, s)
+	for e := int64(0); e <= n; e++ {
+		checkEntry(t, s, 1, e, 300)
+	}
+}
