@@ -328,11 +328,12 @@ func (j *Journal) recover(from Position, replay func(Position, byte, []byte) err
 // group's fsync. After a failure every queued and later record gets an error
 // wrapping ErrFailed (in order, too).
 //
-// done must be quick and must not block: it holds up the next group. It must
-// not call Append or Close synchronously: Append blocks when the queue is
-// full until the writer, the goroutine running done, frees a slot, and Close
-// waits for the writer: both would deadlock. Hand such work to another
-// goroutine. done may be nil.
+// done must be quick and must not block: it holds up the next group (a
+// consumer that falls behind may block it on purpose, as backpressure, as
+// bookie/storage's applier queue does). It must not call Append or Close
+// synchronously: Append blocks when the queue is full until the writer, the
+// goroutine running done, frees a slot, and Close waits for the writer: both
+// would deadlock. Hand such work to another goroutine. done may be nil.
 //
 // Append blocks while QueueSize appends are already waiting for the writer.
 func (j *Journal) Append(typ byte, body []byte, done func(end Position, err error)) {
