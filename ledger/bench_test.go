@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/client"
 )
 
@@ -21,7 +22,7 @@ const benchPayload = 1 << 10
 func newBenchCluster(b *testing.B, n int) *testCluster {
 	tc := newTestCluster(b, 0)
 	for range n {
-		tc.addBookie(bookieOptions{fs: vfs.Default, dir: b.TempDir(), noSync: true})
+		tc.addBookie(bookietest.Options{FS: vfs.Default, Dir: b.TempDir(), NoSync: true})
 	}
 	return tc
 }

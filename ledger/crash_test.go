@@ -18,6 +18,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/client"
 	"github.com/magnetar-io/magnetar/meta"
 	"github.com/magnetar-io/magnetar/meta/local"
@@ -55,7 +56,7 @@ func TestMain(m *testing.M) {
 // crashNode is the bookies and store of one process over the directory.
 type crashNode struct {
 	store   *local.Store
-	bookies []*testBookie
+	bookies []*bookietest.Bookie
 	env     *testEnv
 }
 
@@ -69,7 +70,7 @@ func startCrashNode(dir string, addrs []string, writing, written func(*Cursor, s
 		return nil, err
 	}
 	for i, a := range addrs {
-		b, err := startBookie(store, bookieOptions{fs: vfs.Default, dir: filepath.Join(dir, fmt.Sprintf("bookie%d", i)), addr: a})
+		b, err := bookietest.Start(store, bookietest.Options{FS: vfs.Default, Dir: filepath.Join(dir, fmt.Sprintf("bookie%d", i)), Addr: a, Logger: testLogger()})
 		if err != nil {
 			return nil, err
 		}
@@ -380,8 +381,7 @@ func (n *crashNode) stop(t *testing.T) {
 	}
 	n.env.cache.Close()
 	for _, b := range n.bookies {
-		b.server.Shutdown(ctx)
-		b.st.Close()
+		b.Stop()
 	}
 	n.store.Close()
 }

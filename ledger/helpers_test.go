@@ -4,18 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
-	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/client"
-	"github.com/magnetar-io/magnetar/bookie/storage"
 	"github.com/magnetar-io/magnetar/meta"
 	"github.com/magnetar-io/magnetar/meta/local"
 )
@@ -31,47 +27,10 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-type testBookie struct {
-	addr   string
-	st     *storage.Storage
-	server *bookie.Server
-	down   bool
-	fs     vfs.FS
-	dir    string
-}
-
-// entryLogBytes returns the size of the bookie's entry logs.
-func (b *testBookie) entryLogBytes(t testing.TB) int64 {
-	t.Helper()
-	dir := b.fs.PathJoin(b.dir, "entrylogs")
-	names, err := b.fs.List(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, name := range names {
-		if fi, err := b.fs.Stat(b.fs.PathJoin(dir, name)); err == nil {
-			n += fi.Size()
-		}
-	}
-	return n
-}
-
 type testCluster struct {
 	t       testing.TB
 	store   *local.Store
-	bookies []*testBookie
-}
-
-// bookieOptions say where a bookie keeps its data.
-type bookieOptions struct {
-	fs     vfs.FS
-	dir    string
-	noSync bool
-	addr   string // listen address; default 127.0.0.1:0
-	// entryLogMaxSize: entry logs roll over past this size (GC reclaims
-	// finished ones); default the storage's.
-	entryLogMaxSize int64
+	bookies []*bookietest.Bookie
 }
 
 func newTestCluster(t testing.TB, n int) *testCluster {
@@ -83,69 +42,27 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 	tc := &testCluster{t: t, store: store}
 	t.Cleanup(tc.stop)
 	for i := range n {
-		tc.addBookie(bookieOptions{fs: vfs.NewMem(), dir: fmt.Sprintf("/b%d", i)})
+		tc.addBookie(bookietest.Options{Dir: fmt.Sprintf("/b%d", i)})
 	}
 	return tc
 }
 
 func (tc *testCluster) stop() {
 	for _, b := range tc.bookies {
-		tc.stopBookie(b)
+		b.Stop()
 	}
 	tc.store.Close()
 }
 
-func (tc *testCluster) addBookie(o bookieOptions) *testBookie {
-	t := tc.t
-	t.Helper()
-	if err := meta.EnsurePath(context.Background(), tc.store, meta.BookiesAvailableRoot); err != nil {
-		t.Fatal(err)
-	}
-	b, err := startBookie(tc.store, o)
+func (tc *testCluster) addBookie(o bookietest.Options) *bookietest.Bookie {
+	tc.t.Helper()
+	o.Logger = testLogger()
+	b, err := bookietest.Start(tc.store, o)
 	if err != nil {
-		t.Fatal(err)
+		tc.t.Fatal(err)
 	}
 	tc.bookies = append(tc.bookies, b)
 	return b
-}
-
-// startBookie opens storage, serves it and registers the bookie.
-func startBookie(store meta.Store, o bookieOptions) (*testBookie, error) {
-	st, err := storage.Open(storage.Options{FS: o.fs, Dir: o.dir, NoSync: o.noSync,
-		CheckpointInterval: -1, GCInterval: -1, EntryLogMaxSize: o.entryLogMaxSize, Logger: testLogger()})
-	if err != nil {
-		return nil, err
-	}
-	srv, err := bookie.NewServer(bookie.ServerConfig{Storage: st, StatusOf: bookie.StorageStatus, Logger: testLogger()})
-	if err != nil {
-		return nil, err
-	}
-	addr := o.addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	go srv.Serve(ln)
-	b := &testBookie{addr: ln.Addr().String(), st: st, server: srv, fs: o.fs, dir: o.dir}
-	if _, err := store.Create(context.Background(), meta.Join(meta.BookiesAvailableRoot, b.addr), []byte(`{}`), meta.Ephemeral); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-func (tc *testCluster) stopBookie(b *testBookie) {
-	if b.down {
-		return
-	}
-	b.down = true
-	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
-	defer cancel()
-	b.server.Shutdown(expired)
-	b.st.Close()
 }
 
 // client returns a bookie client on its own metadata session.

@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
+	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/client"
 )
 
@@ -604,7 +603,6 @@ func TestTailingFromCache(t *testing.T) {
 // back the managed ledger goes on with a new ledger, at the offset after
 // the last confirmed entry (the failed appends' offsets are reused).
 func TestAppendFailureStartsNewLedger(t *testing.T) {
-	ctx := testCtx(t)
 	tc := newTestCluster(t, 1)
 	env := tc.factory()
 	ml := env.open(t, "t/fail")
@@ -613,16 +611,16 @@ func TestAppendFailureStartsNewLedger(t *testing.T) {
 		last = mustAppend(t, ml, fmt.Sprintf("e%d", i), 2)
 	}
 	b := tc.bookies[0]
-	if err := tc.store.Delete(ctx, "/bookies/available/"+b.addr, -1); err != nil {
+	if err := b.Deregister(tc.store); err != nil {
 		t.Fatal(err)
 	}
-	tc.stopBookie(b)
+	b.Stop()
 	r := appendSync(t, ml, "lost", 5)
 	if r.err == nil {
 		t.Fatal("append succeeded with the only bookie down")
 	}
 	t.Logf("append with the bookie down: %v", r.err)
-	tc.addBookie(bookieOptions{fs: vfs.NewMem(), dir: "/again"})
+	tc.addBookie(bookietest.Options{Dir: "/again"})
 	var ok appendResult
 	waitFor(t, 30*time.Second, "appends to resume", func() bool {
 		ok = appendSync(t, ml, "resumed", 1)

@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
+	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/client"
 )
 
@@ -29,7 +28,7 @@ import (
 func TestTrimUnderLoad(t *testing.T) {
 	ctx := testCtx(t)
 	tc := newTestCluster(t, 0)
-	bk := tc.addBookie(bookieOptions{fs: vfs.NewMem(), dir: "/b0", entryLogMaxSize: 64 << 10})
+	bk := tc.addBookie(bookietest.Options{Dir: "/b0", EntryLogMaxSize: 64 << 10})
 	env := tc.factory(func(c *Config) {
 		c.MaxEntriesPerLedger = 20
 		c.RetentionTime, c.RetentionSize = 0, 0
@@ -140,7 +139,7 @@ func TestTrimUnderLoad(t *testing.T) {
 		}
 	}
 	bookieLedgers := func() []int64 {
-		ids, err := bk.st.Ledgers()
+		ids, err := bk.Storage.Ledgers()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,17 +223,26 @@ func TestTrimUnderLoad(t *testing.T) {
 
 	// A checkpoint records which ledgers each finished entry log holds;
 	// garbage collection then removes the logs of deleted ledgers.
-	if err := bk.st.Checkpoint(); err != nil {
+	if err := bk.Storage.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	logBytes := bk.entryLogBytes(t)
-	if err := bk.st.GC(); err != nil {
+	logBytes := entryLogBytes(t, bk)
+	if err := bk.Storage.GC(); err != nil {
 		t.Fatal(err)
 	}
-	after := bk.entryLogBytes(t)
+	after := entryLogBytes(t, bk)
 	if after >= logBytes {
 		t.Fatalf("entry logs %d bytes before GC, %d after", logBytes, after)
 	}
 	t.Logf("%d entries (%d ledgers) appended; bookie ledgers %d → %d; entry logs %d → %d bytes after GC; non-durable reader skipped %d times",
 		ml.NextOffset(), len(before), held, len(bookieLedgers()), logBytes, after, tailSkips.Load())
+}
+
+func entryLogBytes(t testing.TB, b *bookietest.Bookie) int64 {
+	t.Helper()
+	n, err := b.EntryLogBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

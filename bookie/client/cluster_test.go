@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/entry"
 	"github.com/magnetar-io/magnetar/bookie/storage"
 	"github.com/magnetar-io/magnetar/meta"
@@ -77,10 +77,9 @@ func (s *bookieStorage) release(err error) {
 }
 
 type testBookie struct {
+	*bookietest.Bookie
 	addr    string
 	storage *bookieStorage
-	server  *bookie.Server
-	down    bool
 }
 
 type cluster struct {
@@ -118,30 +117,21 @@ func newCluster(t testing.TB, n int) *cluster {
 func (cl *cluster) addBookie() *testBookie {
 	t := cl.t
 	t.Helper()
-	opts := storage.Options{FS: vfs.NewMem(), Dir: fmt.Sprintf("/b%d", len(cl.bookies)+1),
-		CheckpointInterval: -1, GCInterval: -1, Logger: testLogger()}
+	o := bookietest.Options{Dir: fmt.Sprintf("/b%d", len(cl.bookies)+1), Logger: testLogger()}
 	if cl.onDisk {
-		opts.FS, opts.Dir, opts.NoSync = vfs.Default, t.TempDir(), true
+		o.FS, o.Dir, o.NoSync = vfs.Default, t.TempDir(), true
 	}
-	st, err := storage.Open(opts)
+	var bs *bookieStorage
+	o.Wrap = func(st *storage.Storage) bookie.Storage {
+		bs = &bookieStorage{Storage: st}
+		return bs
+	}
+	tb, err := bookietest.Start(cl.meta, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bs := &bookieStorage{Storage: st}
-	srv, err := bookie.NewServer(bookie.ServerConfig{Storage: bs, StatusOf: bookie.StorageStatus, Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	b := &testBookie{addr: ln.Addr().String(), storage: bs, server: srv}
+	b := &testBookie{Bookie: tb, addr: tb.Addr, storage: bs}
 	cl.bookies = append(cl.bookies, b)
-	if _, err := cl.meta.Create(context.Background(), meta.Join(meta.BookiesAvailableRoot, b.addr), []byte(`{}`), meta.Ephemeral); err != nil {
-		t.Fatal(err)
-	}
 	return b
 }
 
@@ -149,22 +139,16 @@ func (cl *cluster) addBookie() *testBookie {
 // and new ones are refused.
 func (cl *cluster) kill(b *testBookie) {
 	cl.t.Helper()
-	if err := cl.meta.Delete(context.Background(), meta.Join(meta.BookiesAvailableRoot, b.addr), meta.AnyVersion); err != nil {
+	if err := b.Deregister(cl.meta); err != nil {
 		cl.t.Fatal(err)
 	}
 	cl.stop(b)
 }
 
+// stop answers held adds, then stops the bookie.
 func (cl *cluster) stop(b *testBookie) {
-	if b.down {
-		return
-	}
-	b.down = true
 	b.storage.release(storage.ErrClosed)
-	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
-	defer cancel()
-	b.server.Shutdown(expired)
-	b.storage.Close()
+	b.Stop()
 }
 
 // bookie returns the test bookie at addr.
