@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: build run test bench lint clean
+.PHONY: build run test bench lint proto clean
 
 ## build: compile bin/magnetar
 build:
@@ -29,6 +29,12 @@ lint:
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*' -not -path '*/node_modules/*')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+
+## proto: regenerate the protobuf Go code (protoc from apt's protobuf-compiler; protoc-gen-go built from go.mod's version)
+proto:
+	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	protoc -I . --plugin=protoc-gen-go=bin/protoc-gen-go --go_out=. --go_opt=module=github.com/magnetar-io/magnetar \
+		broker/msgpb/message.proto protocol/pulsar/pulsarpb/pulsar.proto
 
 ## clean: remove build output (not ./data)
 clean:
