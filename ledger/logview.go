@@ -226,3 +226,14 @@ func (ml *ManagedLedger) startPosition(s Start) Position {
 // before is the mark-delete position that makes p the first position to
 // read: (L, -1) is the point before ledger L's first entry.
 func before(p Position) Position { return Position{p.Ledger, p.Entry - 1} }
+
+// Next returns the position of the entry after p (p may be the point
+// before a ledger, (L, -1)): the next entry of p's ledger, or the first
+// of the next ledger once p's ledger is known to end at p. A position
+// after the last confirmed entry is answered as if more entries followed
+// in its ledger.
+func (ml *ManagedLedger) Next(p Position) Position {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.nextLocked(p)
+}

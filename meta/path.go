@@ -21,6 +21,7 @@ const (
 	BrokersRoot           = "/brokers"                  // one ephemeral node per live broker
 	NamespaceOwnerRoot    = "/namespace"                // ephemeral bundle ownership
 	KafkaGroupsRoot       = "/kafka/groups"             // Kafka consumer group state
+	SchemasRoot           = "/schemas"                  // topic schemas, /<tenant>/<ns>/<topic>
 )
 
 // Ledger metadata lives at /ledgers/<id / LedgerBucketSize>/<id>, so that
