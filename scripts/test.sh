@@ -2,7 +2,7 @@
 # Runs the tests (or benchmarks) the way `make test` (or `make bench`) and CI
 # do, on a fresh Debian machine with Go installed:
 #
-#   scripts/test.sh test    # lint, then go test -race ./... (default)
+#   scripts/test.sh test    # lint, go test -race ./..., then the compat tests (default)
 #   scripts/test.sh bench   # go test -bench ./..., output also in bench.out
 #
 # 1. Installs the Debian packages the tests need when they are missing
@@ -84,6 +84,18 @@ if [[ $mode == test ]]; then
 	make --no-print-directory lint
 	# -race on 2 cores: slower, but races are the bugs this project can least afford.
 	"$GO" test -race -count=1 -timeout 20m ./...
+	# The Pulsar frame decoder meets whatever the network sends: fuzz it
+	# briefly on every run (seeded with valid frames; a crasher fails the
+	# run and is saved under testdata/fuzz).
+	log "fuzzing the Pulsar frame decoder for 20s"
+	"$GO" test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 20s ./protocol/pulsar/frame/
+	# compat-tests/ is its own module (the real clients' dependencies stay
+	# out of the root go.mod), so ./... above does not reach it. Its tests
+	# build the magnetar binary themselves (with -race: a data race in the
+	# server under real clients fails the run when it exits) and talk to it
+	# over loopback only.
+	log "compat tests: real clients against magnetar (compat-tests/)"
+	(cd compat-tests && "$GO" vet ./... && MAGNETAR_COMPAT_RACE=1 "$GO" test -count=1 -timeout 15m ./...)
 else
 	"$GO" test -run '^$' -bench . -benchmem -timeout 60m ./... | tee bench.out
 fi

@@ -243,7 +243,7 @@ func TestInvalidInvocations(t *testing.T) {
 		{name: "missing config file", args: []string{"standalone", "--config", "/nonexistent/magnetar.yaml"},
 			want: []string{"config file /nonexistent/magnetar.yaml does not exist"}},
 		{name: "unknown config key", args: []string{"standalone"}, file: "data-dir: /x\ndata-dirr: /y\n",
-			want: []string{`unknown key "data-dirr"`, "known keys: advertised-host, bookie-listen, checkpoint-interval, data-dir"}},
+			want: []string{`unknown key "data-dirr"`, "known keys: advertised-host, auto-topic-creation, auto-topic-partitions, bookie-listen"}},
 		{name: "nested config key", args: []string{"standalone"}, file: "data-dir:\n  path: /x\n",
 			want: []string{`unknown key "data-dir.path"`}},
 		{name: "config key without value", args: []string{"standalone"}, file: "data-dir:\n",
@@ -346,8 +346,8 @@ func TestHelpListsEverySetting(t *testing.T) {
 						t.Errorf("--help lacks %q:\n%s", w, r.stdout)
 					}
 				}
-				// pflag shows no default of "" or "0"; the usage says what they mean.
-				if s.def != "" && s.def != "0" && !strings.Contains(r.stdout, "(default "+s.def+")") {
+				// pflag shows no default of "", "0" or "false"; the usage says what they mean.
+				if s.def != "" && s.def != "0" && s.def != "false" && !strings.Contains(r.stdout, "(default "+s.def+")") {
 					t.Errorf("--help lacks the default of --%s (%s)", s.name, s.def)
 				}
 			}

@@ -40,12 +40,12 @@ var globalSettings = []setting{
 }
 
 // standaloneSettings are the settings of `magnetar standalone`: its own,
-// then those of the bookie it runs in-process.
-var standaloneSettings = append(standaloneOwnSettings, bookieStorageSettings...)
+// then those of the broker and the bookie it runs in-process.
+var standaloneSettings = append(append(standaloneOwnSettings, brokerSettings...), bookieStorageSettings...)
 
 var standaloneOwnSettings = []setting{
 	{"data-dir", "./data", "dir", "directory for all data; created if missing, must be writable"},
-	{"pulsar-listen", "0.0.0.0:6650", "host:port", "Pulsar protocol listen address; checked, but the Pulsar protocol is not served yet"},
+	{"pulsar-listen", "0.0.0.0:6650", "host:port", "Pulsar protocol listen address"},
 	{"kafka-listen", "0.0.0.0:9092", "host:port", "Kafka protocol listen address; checked, but the Kafka protocol is not served yet"},
 	{"http-listen", "0.0.0.0:8080", "host:port", "HTTP listen address: /status, /metrics"},
 	{"advertised-host", "", "host", "host that Pulsar lookups and Kafka Metadata tell clients to connect to (default: the host of each listen address, or this machine's hostname when it is 0.0.0.0 or ::)"},
@@ -55,7 +55,7 @@ var standaloneOwnSettings = []setting{
 }
 
 // allSettings lists the settings of every command.
-var allSettings = [][]setting{globalSettings, standaloneSettings, bookieSettings, perfBookieSettings}
+var allSettings = [][]setting{globalSettings, standaloneSettings, bookieSettings, perfBookieSettings, perfProduceSettings, perfConsumeSettings}
 
 // fileKeys are the keys a config file may hold: every command's settings
 // except --config itself. One file can serve several commands, so a key

@@ -57,11 +57,12 @@ func resolveNode(sv *settingValues, list []setting) (nodeConfig, error) {
 // standaloneConfig is the checked configuration of `magnetar standalone`.
 type standaloneConfig struct {
 	nodeConfig
-	PulsarListen  string // host:port; checked, not served yet
+	PulsarListen  string // host:port
 	KafkaListen   string // host:port; checked, not served yet
 	HTTPListen    string // host:port
 	BookieListen  string
 	BookieStorage storage.Options
+	Broker        brokerConfig
 }
 
 func newStandaloneCommand(a *app) *cobra.Command {
@@ -71,8 +72,9 @@ func newStandaloneCommand(a *app) *cobra.Command {
 		Long: `Run Magnetar in one process, with all data under --data-dir.
 
 Serves HTTP on --http-listen: GET /status (200 while serving) and
-GET /metrics (Prometheus). The Pulsar and Kafka listen addresses are checked
-but those protocols are not served yet.
+GET /metrics (Prometheus), and the Pulsar binary protocol on --pulsar-listen
+(topics in persistent://tenant/namespace/topic; public/default is always
+there). The Kafka listen address is checked but Kafka is not served yet.
 
 Stops on SIGTERM or SIGINT: stops accepting, finishes requests in flight,
 closes the metadata store and exits 0 within 10 seconds. A second signal
@@ -106,6 +108,9 @@ func resolveStandalone(sv *settingValues) (standaloneConfig, error) {
 		if *l.dst, err = check(sv, s(l.name), parseListen); err != nil {
 			return cfg, err
 		}
+	}
+	if cfg.Broker, err = resolveBroker(sv, standaloneSettings); err != nil {
+		return cfg, err
 	}
 	cfg.BookieStorage, err = resolveStorage(sv, cfg.DataDir)
 	return cfg, err
@@ -157,6 +162,7 @@ type runningStandalone struct {
 	log    *slog.Logger
 	store  meta.Store
 	bookie *bookie.Bookie
+	broker *brokerStack
 	http   *admin.Server
 	served chan error // receives Serve's result
 
@@ -214,9 +220,30 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 		}
 	}()
 
+	pulsarLn, err := listen("pulsar", cfg.PulsarListen)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			pulsarLn.Close()
+		}
+	}()
+	s.pulsarAdvertised = advertisedAddr(pulsarHost, pulsarLn.Addr().String())
+	reg := newMetricsRegistry(currentBuild())
+	s.broker, err = startBroker(cfg.Broker, "standalone", s.store, pulsarLn, s.pulsarAdvertised, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.broker.close(context.Background())
+		}
+	}()
+
 	s.http, err = admin.New(admin.Config{
 		Listener: httpLn,
-		Gatherer: newMetricsRegistry(currentBuild()),
+		Gatherer: reg,
 		Logger:   log.With("component", "http"),
 	})
 	if err != nil {
@@ -230,9 +257,9 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 // and what it advertises.
 func (s *runningStandalone) logReady() {
 	s.log.Info("magnetar standalone ready",
-		"serving", "http,bookie",
+		"serving", "pulsar,http,bookie",
 		"bookie", s.bookie.ID(),
-		"not-serving-yet", "pulsar,kafka",
+		"not-serving-yet", "kafka",
 		"http", boundAddr(s.cfg.HTTPListen, s.http.Addr()),
 		"pulsar-advertised", s.pulsarAdvertised,
 		"kafka-advertised", s.kafkaAdvertised,
@@ -252,7 +279,9 @@ func (s *runningStandalone) metadataStore() string {
 	return m.String()
 }
 
-// shutdown drains HTTP, then closes the metadata store, all within ctx.
+// shutdown drains HTTP, then closes the broker (Pulsar connections,
+// topics, managed ledgers), the bookie and the metadata store, all within
+// ctx.
 func (s *runningStandalone) shutdown(ctx context.Context) error {
 	drainCtx, cancel := context.WithTimeout(ctx, httpDrainTimeout)
 	defer cancel()
@@ -261,7 +290,7 @@ func (s *runningStandalone) shutdown(ctx context.Context) error {
 		s.log.Warn("http connections did not drain in time; closed them", "err", httpErr)
 	}
 	closed := make(chan error, 1)
-	go func() { closed <- errors.Join(s.bookie.Shutdown(ctx), s.store.Close()) }()
+	go func() { closed <- errors.Join(s.broker.close(ctx), s.bookie.Shutdown(ctx), s.store.Close()) }()
 	select {
 	case err := <-closed:
 		if err != nil {

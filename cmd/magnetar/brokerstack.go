@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/magnetar-io/magnetar/bookie/client"
+	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/ledger"
+	"github.com/magnetar-io/magnetar/meta"
+	"github.com/magnetar-io/magnetar/protocol/pulsar"
+	"github.com/magnetar-io/magnetar/protocol/pulsar/frame"
+)
+
+// brokerSettings tune the broker (topics, messages, subscriptions);
+// `magnetar standalone` runs one.
+var brokerSettings = []setting{
+	{"auto-topic-creation", "non-partitioned", "mode", "what a client's first use of a missing topic creates: non-partitioned, partitioned (with auto-topic-partitions partitions) or off (refused with TopicNotFound)"},
+	{"auto-topic-partitions", "1", "count", "partitions of topics auto-created as partitioned"},
+	{"broker-deduplication-enabled", "false", "bool", "drop messages a producer sends again (same producer name and sequence id), also across broker restarts"},
+	{"schema-compatibility", "FULL", "strategy", "how a new schema version must relate to the topic's existing ones: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE or FULL_TRANSITIVE"},
+	{"schema-validation-enforced", "false", "bool", "refuse producers without a schema on topics that have one"},
+	{"max-message-size", strconv.Itoa(frame.DefaultMaxMessageSize), "bytes", "largest message (or batch) a client may send; announced to Pulsar clients"},
+	{"entry-cache-size", "268435456", "bytes", "memory for recently written entries, shared by all topics; tailing consumers read from it"},
+	{"max-unacked-messages-per-consumer", "50000", "count", "a Shared or Key_Shared consumer holding this many unacknowledged messages gets no more until it acknowledges"},
+}
+
+// brokerConfig is the checked broker configuration.
+type brokerConfig struct {
+	AutoTopicCreation     broker.AutoTopicCreation
+	AutoTopicPartitions   int
+	Deduplication         bool
+	SchemaCompatibility   broker.CompatibilityStrategy
+	SchemaValidation      bool
+	MaxMessageSize        int
+	EntryCacheSize        int64
+	MaxUnackedPerConsumer int
+}
+
+func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
+	var cfg brokerConfig
+	var err error
+	s := func(name string) setting { return lookupSetting(list, name) }
+	if cfg.AutoTopicCreation, err = check(sv, s("auto-topic-creation"), broker.ParseAutoTopicCreation); err != nil {
+		return cfg, err
+	}
+	if cfg.AutoTopicPartitions, err = check(sv, s("auto-topic-partitions"), parseCount(100_000)); err != nil {
+		return cfg, err
+	}
+	if cfg.Deduplication, err = check(sv, s("broker-deduplication-enabled"), parseBool); err != nil {
+		return cfg, err
+	}
+	if cfg.SchemaCompatibility, err = check(sv, s("schema-compatibility"), broker.ParseCompatibilityStrategy); err != nil {
+		return cfg, err
+	}
+	if cfg.SchemaValidation, err = check(sv, s("schema-validation-enforced"), parseBool); err != nil {
+		return cfg, err
+	}
+	if cfg.MaxMessageSize, err = check(sv, s("max-message-size"), parseCount(1<<30)); err != nil {
+		return cfg, err
+	}
+	if cfg.MaxMessageSize < 1024 {
+		return cfg, fmt.Errorf("--max-message-size %d: must be at least 1024", cfg.MaxMessageSize)
+	}
+	if cfg.EntryCacheSize, err = check(sv, s("entry-cache-size"), parsePositiveInt); err != nil {
+		return cfg, err
+	}
+	cfg.MaxUnackedPerConsumer, err = check(sv, s("max-unacked-messages-per-consumer"), parseCount(1<<31-1))
+	return cfg, err
+}
+
+// brokerStack is a running broker: bookie client, managed ledgers,
+// topics and the Pulsar protocol server.
+type brokerStack struct {
+	log     *slog.Logger
+	bookies *client.Client
+	cache   *ledger.Cache
+	ledgers *ledger.Factory
+	broker  *broker.Broker
+	pulsar  *pulsar.Server
+	served  chan error
+}
+
+// startBroker starts a broker over store, serving Pulsar on pulsarLn
+// (advertised as pulsarAdvertised, host:port). On error it closes what it
+// opened; the caller closes pulsarLn.
+func startBroker(cfg brokerConfig, name string, store meta.Store, pulsarLn net.Listener, pulsarAdvertised string,
+	reg prometheus.Registerer, log *slog.Logger) (_ *brokerStack, err error) {
+	b := &brokerStack{log: log, served: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			b.close(context.Background())
+		}
+	}()
+	if b.bookies, err = client.New(client.Config{Meta: store, Logger: log.With("component", "bookie-client")}); err != nil {
+		return nil, fmt.Errorf("bookie client: %w", err)
+	}
+	if b.cache, err = ledger.NewCache(ledger.CacheConfig{MaxBytes: cfg.EntryCacheSize, Registerer: reg, Logger: log}); err != nil {
+		return nil, err
+	}
+	if b.ledgers, err = ledger.NewFactory(ledger.Config{Bookies: ledger.ClientBookies(b.bookies), Meta: store, Cache: b.cache,
+		Logger: log}); err != nil {
+		return nil, err
+	}
+	if b.broker, err = broker.New(broker.Config{Meta: store, Ledgers: b.ledgers, Name: name,
+		AutoTopicCreation: cfg.AutoTopicCreation, AutoTopicPartitions: cfg.AutoTopicPartitions,
+		Deduplication: cfg.Deduplication, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer,
+		SchemaCompatibility: cfg.SchemaCompatibility, SchemaValidationEnforced: cfg.SchemaValidation,
+		Logger: log.With("component", "broker")}); err != nil {
+		return nil, err
+	}
+	if b.pulsar, err = pulsar.NewServer(pulsar.Config{Broker: b.broker, AdvertisedURL: "pulsar://" + pulsarAdvertised,
+		MaxMessageSize: cfg.MaxMessageSize, ServerVersion: "magnetar " + currentBuild().Version,
+		Logger: log.With("component", "pulsar")}); err != nil {
+		return nil, err
+	}
+	go func() { b.served <- b.pulsar.Serve(pulsarLn) }()
+	return b, nil
+}
+
+// close stops serving and closes topics, managed ledgers and the bookie
+// client, within ctx.
+func (b *brokerStack) close(ctx context.Context) error {
+	var errs []error
+	// No new connections; topics close (producers and consumers are told,
+	// appends in flight finish and their receipts are queued, cursors are
+	// written); then connections close once their queues are written.
+	if b.pulsar != nil {
+		b.pulsar.StopAccepting()
+	}
+	if b.broker != nil {
+		if err := b.broker.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("topics: %w", err))
+		}
+	}
+	if b.pulsar != nil {
+		if err := b.pulsar.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("pulsar connections: %w", err))
+		}
+	}
+	if b.ledgers != nil {
+		if err := b.ledgers.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("managed ledgers: %w", err))
+		}
+	}
+	if b.cache != nil {
+		b.cache.Close()
+	}
+	if b.bookies != nil {
+		b.bookies.Close()
+	}
+	return errors.Join(errs...)
+}
