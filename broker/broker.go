@@ -150,6 +150,14 @@ var (
 	ErrTopicClosed          = errors.New("topic closed")
 	ErrBrokerClosed         = errors.New("broker closed")
 	ErrTopicTerminated      = errors.New("topic terminated")
+
+	// Administration (tenants, namespaces, clusters, topics).
+	ErrClusterNotFound    = errors.New("cluster not found")
+	ErrTenantNotFound     = errors.New("tenant not found")
+	ErrNamespaceNotFound  = errors.New("namespace not found")
+	ErrAlreadyExists      = errors.New("already exists")
+	ErrNotEmpty           = errors.New("not empty")
+	ErrPreconditionFailed = errors.New("precondition failed")
 )
 
 // Broker holds the topics this broker serves. Topics are loaded on first

@@ -249,9 +249,23 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
+	httpHost, err := advertisedHost(cfg.AdvertisedHost, cfg.HTTPListen, hostname)
+	if err != nil {
+		return nil, fmt.Errorf("http listener: %w", err)
+	}
+	if err = admin.RegisterAPI(s.http, admin.APIConfig{Broker: s.broker.broker, Cluster: standaloneCluster,
+		BrokerServiceURL: "pulsar://" + s.pulsarAdvertised,
+		WebServiceURL:    "http://" + advertisedAddr(httpHost, httpLn.Addr().String()),
+		Logger:           log.With("component", "admin")}); err != nil {
+		return nil, err
+	}
 	go func() { s.served <- s.http.Serve() }()
 	return s, nil
 }
+
+// standaloneCluster is the cluster name of magnetar standalone, as in
+// Pulsar's standalone.
+const standaloneCluster = "standalone"
 
 // logReady logs the one line that says the server is up, what it serves
 // and what it advertises.
