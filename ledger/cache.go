@@ -21,7 +21,14 @@ package ledger
 // order, whose lock is held only to push and pop. An entry stays there until
 // the entries inserted after it leave no room for it, so the newest entries
 // whose costs add up to at most MaxBytes/4 are always hits. Entries pushed
-// out move to ristretto, which serves catch-up readers with what it admits.
+// out that were read while recent move to ristretto, which serves slower
+// readers with what it admits; entries nobody read are dropped. Demoting
+// those cost a quarter of an appender's CPU (ristretto's admission work for
+// every entry) and bought little: once ristretto is full, its admission
+// policy refuses a never-read newcomer in favour of residents that were
+// read. So a reader that falls more than the recent tier behind the tail
+// reads from the bookies, as a catch-up reader does (Pulsar's own entry
+// cache keeps entries about a second).
 // The move is a Set, so for a moment the entry may be in neither tier, and
 // ristretto may drop or refuse it (counted as an eviction). An entry lives in
 // one tier at a time, so the tiers' byte counts add up to at most MaxBytes.
@@ -137,10 +144,12 @@ type Cache struct {
 	collectors []prometheus.Collector
 }
 
-// recentEntry is an entry in the recent tier.
+// recentEntry is an entry in the recent tier. read is set by the first
+// Get that finds it there.
 type recentEntry struct {
 	key  EntryKey
 	data []byte
+	read atomic.Bool
 }
 
 func (e *recentEntry) cost() int64 { return int64(len(e.data)) + entryOverhead }
@@ -224,13 +233,22 @@ func (c *Cache) Insert(k EntryKey, entry []byte) {
 	c.recentBytes.Add(e.cost())
 	c.recentLen.Store(int64(c.ring.len))
 	c.mu.Unlock()
-	c.demote(out)
+	kept := out[:0:0]
+	for _, old := range out {
+		if old.read.Load() {
+			kept = append(kept, old)
+		} else {
+			c.evictions.Inc()
+		}
+	}
+	c.demote(kept)
 	for _, old := range out {
 		c.index.CompareAndDelete(old.key, old)
 	}
 }
 
-// demote hands entries pushed out of the recent tier to ristretto.
+// demote hands entries pushed out of the recent tier (or too big for it)
+// to ristretto.
 func (c *Cache) demote(es []*recentEntry) {
 	if len(es) == 0 {
 		return
@@ -256,7 +274,11 @@ func (c *Cache) Get(k EntryKey) ([]byte, bool) {
 	}
 	if v, ok := c.index.Load(k); ok {
 		c.hits.inc()
-		return v.(*recentEntry).data, true
+		e := v.(*recentEntry)
+		if !e.read.Load() {
+			e.read.Store(true)
+		}
+		return e.data, true
 	}
 	c.lfuMu.RLock()
 	var v lfuValue

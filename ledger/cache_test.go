@@ -153,8 +153,8 @@ func TestCacheTailConcurrent(t *testing.T) {
 	t.Logf("%d decidable checks", checked.Load())
 }
 
-// An entry pushed out of the recent tier moves to ristretto, which admits it
-// while it has room.
+// An entry read while recent and pushed out of the recent tier moves to
+// ristretto, which admits it while it has room.
 func TestCacheDemotion(t *testing.T) {
 	const size = 744
 	cost := int64(size + entryOverhead) // 1000
@@ -164,6 +164,9 @@ func TestCacheDemotion(t *testing.T) {
 	}
 	for i := range int64(10) {
 		c.Insert(EntryKey{1, 1, i}, entryFor(EntryKey{1, 1, i}, size))
+		if !checkGet(t, c, EntryKey{1, 1, i}, size) {
+			t.Fatalf("entry %d missed right after Insert", i)
+		}
 	}
 	if got := c.recentBytes.Load(); got != 10*cost {
 		t.Fatalf("recent tier has %d bytes, want %d", got, 10*cost)
@@ -359,6 +362,33 @@ func gather(t testing.TB, g prometheus.Gatherer, name string) float64 {
 	return 0
 }
 
+// An entry nobody read while it was recent is dropped when pushed out
+// (counted as an eviction), not handed to ristretto.
+func TestCacheUnreadNotDemoted(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	const size = 744
+	cost := int64(size + entryOverhead)
+	c := newTestCache(t, 4*10*cost, reg)
+	for i := range int64(20) {
+		c.Insert(EntryKey{1, 1, i}, entryFor(EntryKey{1, 1, i}, size))
+		if i%2 == 0 {
+			checkGet(t, c, EntryKey{1, 1, i}, size) // read while recent
+		}
+	}
+	c.wait()
+	for i := range int64(10) { // pushed out of the recent tier
+		if got, want := checkGet(t, c, EntryKey{1, 1, i}, size), i%2 == 0; got != want {
+			t.Errorf("entry %d: hit %v, want %v (read while recent: %v)", i, got, want, want)
+		}
+	}
+	if got := gather(t, reg, "magnetar_ledger_cache_evictions_total"); got != 5 {
+		t.Errorf("evictions %v, want 5 (the unread entries)", got)
+	}
+	if got := c.lfuSets.Load(); got != 5 {
+		t.Errorf("%d entries handed to ristretto, want 5", got)
+	}
+}
+
 func TestCacheMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	const size = 744
@@ -381,9 +411,11 @@ func TestCacheMetrics(t *testing.T) {
 	want("magnetar_ledger_cache_entries", 1)
 	want("magnetar_ledger_cache_evictions_total", 0)
 
-	// 40 entries fill both tiers; 10 more evict 10 from ristretto.
+	// 40 entries (each read while recent) fill both tiers; 10 more evict
+	// 10 from ristretto.
 	for i := range int64(50) {
 		c.Insert(EntryKey{1, 2, i}, entryFor(EntryKey{1, 2, i}, size))
+		c.Get(EntryKey{1, 2, i})
 		c.wait()
 	}
 	want("magnetar_ledger_cache_size_bytes", float64(40*cost))
@@ -424,6 +456,7 @@ func TestCacheCloseConcurrent(t *testing.T) {
 				for i := int64(0); !c.closed.Load(); i++ {
 					k := EntryKey{uint64(g), 1, i}
 					c.Insert(k, make([]byte, 512))
+					c.Get(k) // read while recent: demoted to ristretto later
 					c.Get(EntryKey{uint64(g), 1, i / 2})
 				}
 			})
@@ -484,6 +517,7 @@ func BenchmarkCacheGetHitLFU(b *testing.B) {
 	n := int64(2 * c.recentMax / (1024 + entryOverhead)) // recent tier full twice over
 	for i := range n {
 		c.Insert(EntryKey{1, 1, i}, make([]byte, 1024))
+		c.Get(EntryKey{1, 1, i}) // read while recent, so demoted
 		if i%1000 == 0 {
 			c.wait()
 		}
