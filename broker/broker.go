@@ -74,6 +74,12 @@ type Config struct {
 	// Name names this broker in broker-assigned producer names
 	// ("<Name>-<n>"). Default "standalone".
 	Name string
+	// Cluster is the name of the cluster this broker belongs to (default
+	// "standalone"); ServiceURL ("http://host:port") and BrokerServiceURL
+	// ("pulsar://host:port") are recorded in its cluster data by Bootstrap.
+	Cluster          string
+	ServiceURL       string
+	BrokerServiceURL string
 
 	AutoTopicCreation   AutoTopicCreation
 	AutoTopicPartitions int // default 1
@@ -111,6 +117,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Name == "" {
 		c.Name = "standalone"
+	}
+	if c.Cluster == "" {
+		c.Cluster = "standalone"
+	}
+	if err := checkNamePart(c.Cluster); err != nil {
+		return c, fmt.Errorf("broker: Cluster %q %s", c.Cluster, err)
 	}
 	if c.AutoTopicPartitions == 0 {
 		c.AutoTopicPartitions = DefaultAutoTopicPartitions
@@ -225,14 +237,15 @@ func (b *Broker) Partitions(ctx context.Context, t TopicName) (int, error) {
 	if err != nil || n > 0 {
 		return n, err
 	}
-	if b.cfg.AutoTopicCreation != AutoCreatePartitioned {
-		return 0, nil
-	}
 	exists, err := b.topicExists(ctx, t)
 	if err != nil || exists {
 		return 0, err
 	}
-	if err := b.CreatePartitionedTopic(ctx, t, b.cfg.AutoTopicPartitions); err != nil && !errors.Is(err, meta.ErrExists) {
+	mode, parts, err := b.autoCreation(ctx, t)
+	if err != nil || mode != AutoCreatePartitioned {
+		return 0, err
+	}
+	if err := b.CreatePartitionedTopic(ctx, t, parts); err != nil && !errors.Is(err, meta.ErrExists) {
 		return 0, err
 	}
 	return b.storedPartitions(ctx, t)
@@ -258,6 +271,9 @@ func (b *Broker) storedPartitions(ctx context.Context, t TopicName) (int, error)
 func (b *Broker) CreatePartitionedTopic(ctx context.Context, t TopicName, n int) error {
 	if t.IsPartition() || n < 1 {
 		return fmt.Errorf("%w: partitioned topic %s with %d partitions", ErrInvalidRequest, t, n)
+	}
+	if err := b.CheckNamespace(ctx, t); err != nil {
+		return err
 	}
 	p := partitionedPath(t)
 	if err := meta.EnsurePath(ctx, b.cfg.Meta, meta.Parent(p)); err != nil {
@@ -336,7 +352,11 @@ func (b *Broker) loadTopic(ctx context.Context, t TopicName, create bool) (*Topi
 		return nil, err
 	}
 	if !exists {
-		allowed := create && (t.IsPartition() || b.cfg.AutoTopicCreation != AutoCreateOff)
+		mode, _, err := b.autoCreation(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		allowed := create && (t.IsPartition() || mode != AutoCreateOff)
 		if t.IsPartition() {
 			n, err := b.storedPartitions(ctx, t.Base())
 			if err != nil {

@@ -399,6 +399,7 @@ func TestTopicsOfNamespace(t *testing.T) {
 	if err := st.b.CreatePartitionedTopic(ctx, mustParse(t, "q"), 1); err != nil {
 		t.Fatal(err)
 	}
+	st.mustNamespace(t, "other/ns")
 	st.mustTopic(t, "other/ns/x")
 
 	got, err := st.b.TopicsOfNamespace(ctx, "public", "default")

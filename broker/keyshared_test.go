@@ -13,6 +13,7 @@ func TestMurmur3(t *testing.T) {
 		{"a", 0x3c2569b2},
 		{"abc", 0xb3dd93fa},
 		{"abcd", 0x43ed676a},
+		{"hello", 0x248bfa47},
 		{"Hello, world!", 0xc0363e43},
 		{"The quick brown fox jumps over the lazy dog", 0x2e4ff723},
 	} {

@@ -152,6 +152,7 @@ type Subscription struct {
 	reroutes uint64 // bumped when held entries go back to replay
 	rr       int    // Shared: round-robin index
 	closed   bool
+	out      flowCounter // dispatched (topicadmin.go)
 
 	kick   chan struct{}
 	ctx    context.Context
@@ -183,6 +184,7 @@ type Consumer struct {
 	unacked int64
 	ranges  []HashRange
 	closed  bool
+	out     flowCounter // dispatched (topicadmin.go)
 }
 
 // Subscribe attaches a consumer to a subscription of the topic, creating
@@ -708,7 +710,12 @@ func (c *Consumer) Unsubscribe(ctx context.Context) error {
 // after t. Every consumer is disconnected (their clients reconnect), as
 // Pulsar does.
 func (c *Consumer) Seek(ctx context.Context, id *MessageID, t time.Time) error {
-	s := c.sub
+	return c.sub.Seek(ctx, id, t)
+}
+
+// Seek moves the subscription as Consumer.Seek does, for the admin API
+// (reset cursor) as well as for consumers.
+func (s *Subscription) Seek(ctx context.Context, id *MessageID, t time.Time) error {
 	s.mu.Lock()
 	consumers := slices.Clone(s.consumers)
 	for _, x := range consumers {
@@ -1104,6 +1111,7 @@ func (s *Subscription) releaseHeldLocked() []send {
 
 func (s *Subscription) flush(sends []send) {
 	for _, x := range sends {
+		x.c.countOut(x.ds)
 		x.c.sink.Send(x.ds)
 	}
 }

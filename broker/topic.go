@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/magnetar-io/magnetar/ledger"
 )
@@ -25,6 +26,9 @@ type Topic struct {
 	subs      map[string]*Subscription
 	closed    bool
 
+	in           flowCounter  // published (topicadmin.go)
+	entriesAdded atomic.Int64 // entries published since loaded
+
 	// dedupMu guards dedup and orders each deduplicated publish with its
 	// Append (so sequence ids reach the log in the order they were checked).
 	dedupMu sync.Mutex
@@ -38,8 +42,9 @@ func newTopic(b *Broker, name TopicName, ml *ledger.ManagedLedger) *Topic {
 
 // load restores what the topic keeps besides its log: deduplication state.
 func (t *Topic) load(ctx context.Context) error {
-	if !t.b.cfg.Deduplication {
-		return nil
+	on, err := t.b.deduplication(ctx, t.name)
+	if err != nil || !on {
+		return err
 	}
 	d, err := loadDedup(ctx, t)
 	if err != nil {
@@ -65,6 +70,11 @@ func (t *Topic) LastMessageID(ctx context.Context) (MessageID, bool, error) {
 		return id, false, nil
 	}
 	es, err := t.ml.Read(ctx, last, 1)
+	if errors.Is(err, ledger.ErrOffsetOutOfRange) {
+		// Trimmed (everything consumed and retention over): the id stands,
+		// only its batch size is unknown.
+		return id, true, nil
+	}
 	if err != nil {
 		return id, true, err
 	}
@@ -156,6 +166,7 @@ type Producer struct {
 	sink          ProducerSink
 	schemaVersion SchemaVersion // -1: none
 	closed        bool          // guarded by topic.mu
+	in            flowCounter   // published (topicadmin.go)
 }
 
 // AddProducer attaches a producer. ErrProducerBusy if its name is taken or
@@ -191,6 +202,10 @@ func (t *Topic) AddProducer(ctx context.Context, o ProducerOptions) (*Producer, 
 		if t.closed {
 			t.mu.Unlock()
 			return nil, fmt.Errorf("%w: %s", ErrTopicClosed, t.name)
+		}
+		if t.ml.Terminated() {
+			t.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s", ErrTopicTerminated, t.name)
 		}
 		if _, dup := t.producers[name]; dup {
 			t.mu.Unlock()
@@ -334,6 +349,7 @@ func (p *Producer) Publish(req PublishRequest, done func(PublishResult)) {
 		d.pushed[p.name] = req.HighestSequenceID
 	}
 	name, highest := p.name, req.HighestSequenceID
+	msgs, size := int64(req.Messages), int64(len(req.Data))
 	t.ml.Append(req.Data, ledger.FormatPulsar, req.Messages, func(pos ledger.Position, offset int64, err error) {
 		if d != nil {
 			t.dedupMu.Lock()
@@ -344,10 +360,16 @@ func (p *Producer) Publish(req PublishRequest, done func(PublishResult)) {
 			}
 			t.dedupMu.Unlock()
 		}
+		if errors.Is(err, ledger.ErrTerminated) {
+			err = fmt.Errorf("%w: %s: %w", ErrTopicTerminated, t.name, err)
+		}
 		if err != nil {
 			done(PublishResult{Err: err})
 			return
 		}
+		p.in.add(t.b.cfg.Clock, msgs, size)
+		t.in.add(t.b.cfg.Clock, msgs, size)
+		t.entriesAdded.Add(1)
 		done(PublishResult{ID: MessageID{Position: pos, BatchIndex: -1, Partition: partition}, Offset: offset})
 	})
 	t.dedupMu.Unlock()

@@ -191,6 +191,14 @@ func (ml *ManagedLedger) NumberOfEntries() int64 {
 	return n
 }
 
+// Terminated reports whether Terminate ended the log (appends fail with
+// ErrTerminated).
+func (ml *ManagedLedger) Terminated() bool {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.state == mlTerminated
+}
+
 // TotalSize returns the bytes of the entries stored, headers included.
 func (ml *ManagedLedger) TotalSize() int64 {
 	ml.mu.Lock()

@@ -15,6 +15,7 @@ const (
 	LedgersRoot           = "/ledgers"                  // ledger metadata and id allocation
 	BookiesAvailableRoot  = "/bookies/available"        // one ephemeral node per live bookie
 	ManagedLedgersRoot    = "/managed-ledgers"          // ledger lists and cursors per topic
+	ClustersRoot          = "/admin/clusters"           // cluster definitions (service URLs)
 	TenantsRoot           = "/admin/tenants"            // tenant definitions
 	PoliciesRoot          = "/admin/policies"           // namespace policies, /<tenant>/<ns>
 	PartitionedTopicsRoot = "/admin/partitioned-topics" // partition counts
