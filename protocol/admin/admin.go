@@ -15,6 +15,7 @@
 // passes it to New, runs Serve in a goroutine and calls Shutdown to stop.
 // Shutdown stops accepting at once, flips /status to 503, and waits for
 // in-flight requests until its context ends; then it closes what is left.
+// Connections that have sent no request are closed after a short grace.
 package admin
 
 import (
@@ -24,6 +25,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,7 +60,17 @@ type Server struct {
 	logger   *slog.Logger
 	draining atomic.Bool // set when Shutdown begins; /status answers 503
 	served   atomic.Bool // Serve was called
+
+	mu    sync.Mutex
+	fresh map[net.Conn]struct{} // connections that have not sent a request yet
 }
+
+// freshConnGrace is how long Shutdown lets connections that have not
+// sent a request yet start one before closing them. (net/http counts
+// them as busy for 5s, so a client's spare connection — Go's transport
+// dials them when requests run concurrently — would hold Shutdown that
+// long.)
+const freshConnGrace = 500 * time.Millisecond
 
 // New validates cfg and returns a Server with the built-in routes
 // registered. It does not start serving.
@@ -82,8 +94,10 @@ func New(cfg Config) (*Server, error) {
 		ln:     cfg.Listener,
 		mux:    http.NewServeMux(),
 		logger: cfg.Logger,
+		fresh:  map[net.Conn]struct{}{},
 	}
 	s.srv = &http.Server{
+		ConnState:         s.connState,
 		Handler:           s.mux,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -126,7 +140,17 @@ func (s *Server) Serve() error {
 // closes the remaining connections and returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
-	err := s.srv.Shutdown(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Shutdown(ctx) }()
+	var err error
+	grace := time.NewTimer(freshConnGrace)
+	select {
+	case err = <-done:
+	case <-grace.C:
+		s.closeFresh()
+		err = <-done
+	}
+	grace.Stop()
 	// Shutdown closes only listeners Serve is using; close ours in case
 	// Serve was never called. A second Close just fails.
 	_ = s.ln.Close()
@@ -135,6 +159,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("admin: draining http connections: %w", err)
 	}
 	return nil
+}
+
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st == http.StateNew {
+		s.fresh[c] = struct{}{}
+	} else {
+		delete(s.fresh, c)
+	}
+}
+
+// closeFresh closes the connections that have not sent a request.
+func (s *Server) closeFresh() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.fresh {
+		c.Close()
+		delete(s.fresh, c)
+	}
 }
 
 func (s *Server) status(w http.ResponseWriter, _ *http.Request) {

@@ -307,3 +307,31 @@ func TestServeTwice(t *testing.T) {
 		t.Fatal("second Serve: want error")
 	}
 }
+
+// TestShutdownClosesUnusedConnections: a client connection that never
+// sent a request (a transport's spare) does not hold Shutdown.
+func TestShutdownClosesUnusedConnections(t *testing.T) {
+	s, url, _ := startServer(t, newTestRegistry(t))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The server has accepted it once it answers a request on another one.
+	if code, _ := get(t, http.DefaultClient, url+"/status"); code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with an unused connection open: %v (after %v)", err, time.Since(start))
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Shutdown took %v", d)
+	}
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the unused connection is still open")
+	}
+}
