@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -41,6 +42,9 @@ type brokerConfig struct {
 	MaxMessageSize        int
 	EntryCacheSize        int64
 	MaxUnackedPerConsumer int
+	// ServiceURL is the advertised URL of the http listener (not a
+	// setting: the caller fills it in), recorded in the cluster's data.
+	ServiceURL string
 }
 
 func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
@@ -109,11 +113,18 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, pulsarLn net.L
 		return nil, err
 	}
 	if b.broker, err = broker.New(broker.Config{Meta: store, Ledgers: b.ledgers, Name: name,
+		Cluster: standaloneCluster, ServiceURL: cfg.ServiceURL, BrokerServiceURL: "pulsar://" + pulsarAdvertised,
 		AutoTopicCreation: cfg.AutoTopicCreation, AutoTopicPartitions: cfg.AutoTopicPartitions,
 		Deduplication: cfg.Deduplication, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer,
 		SchemaCompatibility: cfg.SchemaCompatibility, SchemaValidationEnforced: cfg.SchemaValidation,
 		Logger: log.With("component", "broker")}); err != nil {
 		return nil, err
+	}
+	bctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err = b.broker.Bootstrap(bctx) // the cluster, tenant public, namespace public/default
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("broker: creating the cluster and public/default: %w", err)
 	}
 	if b.pulsar, err = pulsar.NewServer(pulsar.Config{Broker: b.broker, AdvertisedURL: "pulsar://" + pulsarAdvertised,
 		MaxMessageSize: cfg.MaxMessageSize, ServerVersion: "magnetar " + currentBuild().Version,

@@ -127,7 +127,7 @@ func resolvePerfBookie(sv *settingValues) (perfBookieConfig, error) {
 	if cfg.Load.Duration, err = check(sv, s("perf-duration"), parsePositiveDuration); err != nil {
 		return cfg, err
 	}
-	if cfg.Load.Rate, err = check(sv, s("perf-rate"), parseRate); err != nil {
+	if cfg.Load.Rate, err = check(sv, s("perf-rate"), parseRateOf("entries")); err != nil {
 		return cfg, err
 	}
 	if cfg.DiskDuration, err = check(sv, s("perf-disk-duration"), parseNonNegativeDuration); err != nil {
@@ -139,22 +139,29 @@ func resolvePerfBookie(sv *settingValues) (perfBookieConfig, error) {
 }
 
 // parseCount returns a parser of whole numbers from 1 to limit.
-func parseCount(limit int) func(string) (int, error) {
+func parseCount(limit int) func(string) (int, error) { return parseIntRange(1, limit) }
+
+// parseIntRange returns a parser of whole numbers from lo to hi.
+func parseIntRange(lo, hi int) func(string) (int, error) {
 	return func(s string) (int, error) {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > limit {
-			return 0, fmt.Errorf("want a whole number from 1 to %d", limit)
+		if err != nil || n < lo || n > hi {
+			return 0, fmt.Errorf("want a whole number from %d to %d", lo, hi)
 		}
 		return n, nil
 	}
 }
 
-func parseRate(s string) (float64, error) {
-	r, err := strconv.ParseFloat(s, 64)
-	if err != nil || r < 0 || r > 1e8 || math.IsNaN(r) {
-		return 0, errors.New("want entries per second: 0 (as fast as possible) or a positive number")
+// parseRateOf returns a parser of rates of what per second: 0 means as
+// fast as possible.
+func parseRateOf(what string) func(string) (float64, error) {
+	return func(s string) (float64, error) {
+		r, err := strconv.ParseFloat(s, 64)
+		if err != nil || r < 0 || r > 1e8 || math.IsNaN(r) {
+			return 0, fmt.Errorf("want %s per second: 0 (as fast as possible) or a positive number", what)
+		}
+		return r, nil
 	}
-	return r, nil
 }
 
 func parseNonNegativeDuration(s string) (time.Duration, error) {

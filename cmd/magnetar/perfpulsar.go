@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -202,7 +200,7 @@ func resolvePerfPulsar(sv *settingValues, list []setting) (perfPulsarConfig, err
 			cfg.Topics = append(cfg.Topics, fmt.Sprintf("%s-%d", topic, i))
 		}
 	}
-	if cfg.Partitions, err = check(sv, s("perf-partitions"), parseCountOrZero(100_000)); err != nil {
+	if cfg.Partitions, err = check(sv, s("perf-partitions"), parseIntRange(0, 100_000)); err != nil {
 		return cfg, err
 	}
 	if cfg.Duration, err = check(sv, s("perf-duration"), parseNonNegativeDuration); err != nil {
@@ -224,7 +222,7 @@ func resolvePerfProduce(sv *settingValues) (perfProduceConfig, error) {
 		return cfg, err
 	}
 	s := func(name string) setting { return lookupSetting(perfProduceSettings, name) }
-	if cfg.Rate, err = check(sv, s("perf-rate"), parseMsgRate); err != nil {
+	if cfg.Rate, err = check(sv, s("perf-rate"), parseRateOf("messages")); err != nil {
 		return cfg, err
 	}
 	for _, c := range []struct {
@@ -308,25 +306,6 @@ func parseSubscriptionName(s string) (string, error) {
 		return "", errors.New("want a name without / or control characters")
 	}
 	return s, nil
-}
-
-// parseCountOrZero returns a parser of whole numbers from 0 to limit.
-func parseCountOrZero(limit int) func(string) (int, error) {
-	return func(s string) (int, error) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 || n > limit {
-			return 0, fmt.Errorf("want a whole number from 0 to %d", limit)
-		}
-		return n, nil
-	}
-}
-
-func parseMsgRate(s string) (float64, error) {
-	r, err := strconv.ParseFloat(s, 64)
-	if err != nil || r < 0 || r > 1e8 || math.IsNaN(r) {
-		return 0, errors.New("want messages per second: 0 (as fast as possible) or a positive number")
-	}
-	return r, nil
 }
 
 // parseChoice returns a parser of the keys of m (case-insensitive).

@@ -20,13 +20,13 @@ both the Pulsar and the Kafka protocol on the same topics.
 ` + configHelp,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		PersistentPreRunE: a.prepare,
 	}
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	defineFlags(root.PersistentFlags(), globalSettings)
-	root.AddCommand(newVersionCommand(a), newStandaloneCommand(a), newBookieCommand(a), newPerfCommand(a))
+	root.AddCommand(newVersionCommand(a), newStandaloneCommand(a), newBookieCommand(a), newPerfCommand(a),
+		newAdminCommand(a), newProduceCommand(a), newConsumeCommand(a))
 	return root
 }
 

@@ -230,6 +230,12 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 		}
 	}()
 	s.pulsarAdvertised = advertisedAddr(pulsarHost, pulsarLn.Addr().String())
+	httpHost, err := advertisedHost(cfg.AdvertisedHost, cfg.HTTPListen, hostname)
+	if err != nil {
+		return nil, fmt.Errorf("http listener: %w", err)
+	}
+	webServiceURL := "http://" + advertisedAddr(httpHost, httpLn.Addr().String())
+	cfg.Broker.ServiceURL = webServiceURL
 	reg := newMetricsRegistry(currentBuild())
 	s.broker, err = startBroker(cfg.Broker, "standalone", s.store, pulsarLn, s.pulsarAdvertised, reg, log)
 	if err != nil {
@@ -249,13 +255,9 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	httpHost, err := advertisedHost(cfg.AdvertisedHost, cfg.HTTPListen, hostname)
-	if err != nil {
-		return nil, fmt.Errorf("http listener: %w", err)
-	}
 	if err = admin.RegisterAPI(s.http, admin.APIConfig{Broker: s.broker.broker, Cluster: standaloneCluster,
 		BrokerServiceURL: "pulsar://" + s.pulsarAdvertised,
-		WebServiceURL:    "http://" + advertisedAddr(httpHost, httpLn.Addr().String()),
+		WebServiceURL:    webServiceURL,
 		Logger:           log.With("component", "admin")}); err != nil {
 		return nil, err
 	}
