@@ -384,8 +384,8 @@ func TestErrors(t *testing.T) {
 func TestIdleClientDisconnected(t *testing.T) {
 	s := startServer(t, func(c *Config) { c.KeepAliveInterval = 100 * time.Millisecond })
 	c := dial(t, s)
+	start := time.Now() // before CONNECT, so at or before the broker's last read
 	c.connect()
-	start := time.Now()
 	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	pings := 0
 	for {
