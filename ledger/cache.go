@@ -16,9 +16,11 @@ package ledger
 // just-appended entry has never been read, so it loses to anything catch-up
 // readers have touched. Any of these would send a tailing reader to a bookie.
 //
-// So Insert puts the entry in the recent tier before it returns: a sync.Map
-// for lookups (reads take no lock and allocate nothing) and a FIFO ring for
-// order, whose lock is held only to push and pop. An entry stays there until
+// So Insert puts the entry in the recent tier before it returns: a map
+// sharded by key hash for lookups (a read takes one shard's read lock and
+// allocates nothing; sync.Map, tried first, boxed every key and cost an
+// appender 8% of its CPU) and a FIFO ring for order, whose lock is held
+// only to push and pop. An entry stays there until
 // the entries inserted after it leave no room for it, so the newest entries
 // whose costs add up to at most MaxBytes/4 are always hits. Entries pushed
 // out that were read while recent move to ristretto, which serves slower
@@ -122,10 +124,10 @@ type Cache struct {
 	// entry in ring to it; an inserter adds its entry to index before
 	// pushing it, and removes the entries it popped after handing them to
 	// ristretto, so lookups find an entry from before it enters ring until
-	// after it leaves. Readers take no lock.
+	// after it leaves. Readers take only a shard's read lock.
 	mu          sync.Mutex
 	ring        ring
-	index       sync.Map // EntryKey → *recentEntry
+	index       recentIndex
 	recentBytes atomic.Int64
 	recentLen   atomic.Int64
 
@@ -142,6 +144,67 @@ type Cache struct {
 
 	reg        prometheus.Registerer
 	collectors []prometheus.Collector
+}
+
+// recentIndex maps keys to recent entries: indexShards maps, each under its
+// own lock, picked by the key's hash.
+type recentIndex struct {
+	shards [indexShards]indexShard
+}
+
+const indexShards = 64
+
+type indexShard struct {
+	mu sync.RWMutex
+	m  map[EntryKey]*recentEntry
+	_  [40]byte // keep shards on separate cache lines
+}
+
+func (x *recentIndex) shard(k EntryKey) *indexShard {
+	return &x.shards[k.hash()%indexShards]
+}
+
+func (x *recentIndex) load(k EntryKey) (*recentEntry, bool) {
+	sh := x.shard(k)
+	sh.mu.RLock()
+	e, ok := sh.m[k]
+	sh.mu.RUnlock()
+	return e, ok
+}
+
+// loadOrStore stores e under k unless k is there; it returns the entry
+// under k and whether it was there.
+func (x *recentIndex) loadOrStore(k EntryKey, e *recentEntry) (*recentEntry, bool) {
+	sh := x.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old, ok := sh.m[k]; ok {
+		return old, true
+	}
+	if sh.m == nil {
+		sh.m = map[EntryKey]*recentEntry{}
+	}
+	sh.m[k] = e
+	return e, false
+}
+
+// compareAndDelete deletes k if it maps to e.
+func (x *recentIndex) compareAndDelete(k EntryKey, e *recentEntry) {
+	sh := x.shard(k)
+	sh.mu.Lock()
+	if sh.m[k] == e {
+		delete(sh.m, k)
+	}
+	sh.mu.Unlock()
+}
+
+func (x *recentIndex) clear() {
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.Lock()
+		sh.m = nil
+		sh.mu.Unlock()
+	}
 }
 
 // recentEntry is an entry in the recent tier. read is set by the first
@@ -213,7 +276,7 @@ func (c *Cache) Insert(k EntryKey, entry []byte) {
 		c.demote([]*recentEntry{e})
 		return
 	}
-	if _, dup := c.index.LoadOrStore(k, e); dup {
+	if _, dup := c.index.loadOrStore(k, e); dup {
 		return
 	}
 	var buf [8]*recentEntry
@@ -221,7 +284,7 @@ func (c *Cache) Insert(k EntryKey, entry []byte) {
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
-		c.index.CompareAndDelete(k, e)
+		c.index.compareAndDelete(k, e)
 		return
 	}
 	for c.recentBytes.Load()+e.cost() > c.recentMax {
@@ -243,7 +306,7 @@ func (c *Cache) Insert(k EntryKey, entry []byte) {
 	}
 	c.demote(kept)
 	for _, old := range out {
-		c.index.CompareAndDelete(old.key, old)
+		c.index.compareAndDelete(old.key, old)
 	}
 }
 
@@ -272,9 +335,8 @@ func (c *Cache) Get(k EntryKey) ([]byte, bool) {
 	if c.closed.Load() {
 		return nil, false
 	}
-	if v, ok := c.index.Load(k); ok {
+	if e, ok := c.index.load(k); ok {
 		c.hits.inc()
-		e := v.(*recentEntry)
 		if !e.read.Load() {
 			e.read.Store(true)
 		}
@@ -326,7 +388,7 @@ func (c *Cache) Close() {
 	c.lfuMu.Unlock()
 	c.mu.Lock()
 	c.ring.init(0)
-	c.index.Clear()
+	c.index.clear()
 	c.recentBytes.Store(0)
 	c.recentLen.Store(0)
 	c.mu.Unlock()

@@ -172,7 +172,7 @@ func TestCacheDemotion(t *testing.T) {
 		t.Fatalf("recent tier has %d bytes, want %d", got, 10*cost)
 	}
 	c.Insert(EntryKey{1, 1, 10}, entryFor(EntryKey{1, 1, 10}, size))
-	if _, ok := c.index.Load(EntryKey{1, 1, 0}); ok {
+	if _, ok := c.index.load(EntryKey{1, 1, 0}); ok {
 		t.Fatal("oldest entry still in the recent tier")
 	}
 	c.wait()
@@ -524,7 +524,7 @@ func BenchmarkCacheGetHitLFU(b *testing.B) {
 	}
 	c.wait()
 	for i := range int64(1024) {
-		if _, ok := c.index.Load(EntryKey{1, 1, i}); ok {
+		if _, ok := c.index.load(EntryKey{1, 1, i}); ok {
 			b.Fatal("entry still in the recent tier")
 		}
 		if _, ok := c.Get(EntryKey{1, 1, i}); !ok {
