@@ -23,14 +23,12 @@ package ledger
 // only to push and pop. An entry stays there until
 // the entries inserted after it leave no room for it, so the newest entries
 // whose costs add up to at most MaxBytes/4 are always hits. Entries pushed
-// out that were read while recent move to ristretto, which serves slower
-// readers with what it admits; entries nobody read are dropped. Demoting
-// those cost a quarter of an appender's CPU (ristretto's admission work for
-// every entry) and bought little: once ristretto is full, its admission
-// policy refuses a never-read newcomer in favour of residents that were
-// read. So a reader that falls more than the recent tier behind the tail
-// reads from the bookies, as a catch-up reader does (Pulsar's own entry
-// cache keeps entries about a second).
+// out move to ristretto, which serves slower readers (and offset lookups,
+// which read headers) with what it admits — except, once ristretto is
+// full, entries nobody read while recent: those are dropped. Its admission
+// policy would refuse such a never-read newcomer in favour of residents
+// that were read anyway, and the admission work for every appended entry
+// cost a quarter of an appender's CPU.
 // The move is a Set, so for a moment the entry may be in neither tier, and
 // ristretto may drop or refuse it (counted as an eviction). An entry lives in
 // one tier at a time, so the tiers' byte counts add up to at most MaxBytes.
@@ -138,6 +136,8 @@ type Cache struct {
 	lfu       *ristretto.Cache[uint64, lfuValue]
 	lfuSets   atomic.Int64 // Sets that returned true
 	lfuExits  atomic.Int64 // values that left lfu (OnExit); lfuSets-lfuExits are its entries
+	lfuBytes  atomic.Int64 // costs of those Sets minus those exits: what lfu holds or is about to
+	lfuMax    int64
 	hits      stripedCounter
 	misses    stripedCounter
 	evictions prometheus.Counter
@@ -241,12 +241,15 @@ func NewCache(cfg CacheConfig) (*Cache, error) {
 		IgnoreInternalCost: true,
 		OnEvict:            func(*ristretto.Item[lfuValue]) { c.evicted() },
 		OnReject:           func(*ristretto.Item[lfuValue]) { c.evicted() },
-		OnExit:             func(lfuValue) { c.lfuExits.Add(1) },
+		OnExit: func(v lfuValue) {
+			c.lfuExits.Add(1)
+			c.lfuBytes.Add(-(int64(len(v.data)) + entryOverhead))
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ledger: entry cache: %w", err)
 	}
-	c.lfu = lfu
+	c.lfu, c.lfuMax = lfu, lfuMax
 	c.ring.init(64)
 	if err := c.register(cfg.Registerer); err != nil {
 		lfu.Close()
@@ -298,10 +301,10 @@ func (c *Cache) Insert(k EntryKey, entry []byte) {
 	c.mu.Unlock()
 	kept := out[:0:0]
 	for _, old := range out {
-		if old.read.Load() {
+		if old.read.Load() || c.lfuBytes.Load()+old.cost() <= c.lfuMax {
 			kept = append(kept, old)
 		} else {
-			c.evictions.Inc()
+			c.evictions.Inc() // unread, and ristretto is full
 		}
 	}
 	c.demote(kept)
@@ -324,6 +327,7 @@ func (c *Cache) demote(es []*recentEntry) {
 	for _, e := range es {
 		if c.lfu.Set(e.key.hash(), lfuValue{key: e.key, data: e.data}, e.cost()) {
 			c.lfuSets.Add(1)
+			c.lfuBytes.Add(e.cost())
 		} else {
 			c.evictions.Inc() // dropped: ristretto's set buffer was full
 		}
