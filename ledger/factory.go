@@ -46,8 +46,9 @@ func Path(name string) (string, error) {
 // Opening recovers the ledgers its previous owner left open (fencing that
 // owner: its appends fail from then on) and starts a new ledger for
 // appends, unless the managed ledger is terminated. ErrAlreadyOpen if
-// this factory has it open.
-func (f *Factory) Open(ctx context.Context, name string) (*ManagedLedger, error) {
+// this factory has it open. Options (WithRetention) apply before anything
+// is trimmed.
+func (f *Factory) Open(ctx context.Context, name string, opts ...OpenOption) (*ManagedLedger, error) {
 	path, err := Path(name)
 	if err != nil {
 		return nil, err
@@ -66,6 +67,9 @@ func (f *Factory) Open(ctx context.Context, name string) (*ManagedLedger, error)
 
 	ml, err := open(ctx, f, name, path)
 	if err == nil {
+		for _, o := range opts {
+			o(ml)
+		}
 		// Every durable cursor is loaded before anything is trimmed.
 		if err = ml.loadCursors(ctx); err != nil {
 			ml.Close(ctx)

@@ -72,6 +72,9 @@ type ManagedLedger struct {
 	trimming  bool // a trim driven by cursors runs (trimLoop)
 	trimAgain bool // and another one was asked for meanwhile
 	trimTimer *time.Timer
+	// retention overrides Config.RetentionTime/RetentionSize when set
+	// (SetRetention; a namespace's retention policy).
+	retention *retentionLimits
 }
 
 type mlState int

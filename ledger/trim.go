@@ -12,7 +12,7 @@ import (
 // persisted mark-delete position; the managed ledger runs it by itself,
 // see cursors.go): a ledger is a candidate only if all of it is before
 // needed. A candidate is deleted when it is outside retention (see
-// Config.RetentionTime and RetentionSize); the first one retention keeps
+// Config.RetentionTime and RetentionSize, or SetRetention); the first one retention keeps
 // stops the trim, so what remains is always a suffix of the log.
 //
 // Invariants: the current ledger, and the last ledger of the list (whose
@@ -21,7 +21,65 @@ import (
 // deleted from the bookies, so a crash in between leaves unlisted ledgers
 // on the bookies, never a list naming deleted ones.
 func (ml *ManagedLedger) Trim(ctx context.Context, needed Position) (int, error) {
-	return ml.trim(ctx, needed, ml.cfg.RetentionTime, ml.cfg.RetentionSize)
+	rt, rs := ml.Retention()
+	return ml.trim(ctx, needed, rt, rs)
+}
+
+type retentionLimits struct {
+	time time.Duration
+	size int64
+}
+
+// SetRetention replaces, for this managed ledger only, the factory's
+// retention (Config.RetentionTime and RetentionSize, with their meaning:
+// zero keeps nothing, negative is no limit) and starts a trim, so that a
+// shorter retention applies at once. It lasts until ResetRetention or
+// Close (a managed ledger opened again has the factory's retention).
+// Setting the retention it already has does nothing.
+func (ml *ManagedLedger) SetRetention(retentionTime time.Duration, size int64) {
+	r := &retentionLimits{retentionTime, size}
+	ml.mu.Lock()
+	same := ml.retention != nil && *ml.retention == *r
+	ml.retention = r
+	ml.mu.Unlock()
+	if !same {
+		ml.scheduleTrim()
+	}
+}
+
+// OpenOption is an option of Factory.Open.
+type OpenOption func(*ManagedLedger)
+
+// WithRetention opens the managed ledger with its own retention (see
+// SetRetention), applied from its first trim on.
+func WithRetention(retentionTime time.Duration, size int64) OpenOption {
+	return func(ml *ManagedLedger) {
+		ml.mu.Lock()
+		ml.retention = &retentionLimits{retentionTime, size}
+		ml.mu.Unlock()
+	}
+}
+
+// ResetRetention gives the managed ledger the factory's retention back
+// (see SetRetention).
+func (ml *ManagedLedger) ResetRetention() {
+	ml.mu.Lock()
+	was := ml.retention != nil
+	ml.retention = nil
+	ml.mu.Unlock()
+	if was {
+		ml.scheduleTrim()
+	}
+}
+
+// Retention returns the retention time and size Trim applies.
+func (ml *ManagedLedger) Retention() (time.Duration, int64) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if r := ml.retention; r != nil {
+		return r.time, r.size
+	}
+	return ml.cfg.RetentionTime, ml.cfg.RetentionSize
 }
 
 // trim is Trim with retention limits rt and rs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -245,4 +246,99 @@ func entryLogBytes(t testing.TB, b *bookietest.Bookie) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// SetRetention gives one managed ledger its own retention (a namespace's
+// policy) over the factory's, which the others keep; it starts a trim by
+// itself, and ResetRetention goes back to the factory's.
+func TestSetRetention(t *testing.T) {
+	ctx := testCtx(t)
+	tc := newTestCluster(t, 1)
+	env := tc.factory(func(c *Config) { // the factory keeps everything
+		c.MaxEntriesPerLedger = 5
+		c.CursorFlushInterval = -1
+	})
+	entrySize := int64(HeaderSize + len("p000000"))
+	// Two managed ledgers of 6 full ledgers and a current one, everything
+	// acknowledged by their subscription.
+	fill := func(name string) *ManagedLedger {
+		t.Helper()
+		ml := env.open(t, name)
+		c, err := ml.OpenCursor(ctx, "sub", StartEarliest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es := appendBatches(t, env, ml, rand.New(rand.NewPCG(1, 1)), 30, 1, 0)
+		if err := c.MarkDelete(es[len(es)-1].pos, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return ml
+	}
+	a, b := fill("t/setretention-a"), fill("t/setretention-b")
+	trim := func(ml *ManagedLedger) int {
+		t.Helper()
+		if _, err := ml.TrimConsumed(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return len(ml.Ledgers())
+	}
+	all := len(a.Ledgers())
+	if all < 7 {
+		t.Fatalf("%d ledgers, want 7", all)
+	}
+	if rt, rs := a.Retention(); rt != -1 || rs != -1 {
+		t.Fatalf("Retention before SetRetention: %v %d, want the factory's -1 -1", rt, rs)
+	}
+
+	// Time: 10 minutes keeps everything until the clock passes them.
+	a.SetRetention(10*time.Minute, -1)
+	if rt, rs := a.Retention(); rt != 10*time.Minute || rs != -1 {
+		t.Fatalf("Retention: %v %d", rt, rs)
+	}
+	if n := trim(a); n != all {
+		t.Fatalf("10 min retention kept %d of %d ledgers before they are 10 min old", n, all)
+	}
+	env.clock.Advance(11 * time.Minute)
+	if n := trim(a); n != 1 {
+		t.Fatalf("10 min retention kept %d ledgers after 11 min, want the current one", n)
+	}
+	if n := trim(b); n != all {
+		t.Fatalf("the other managed ledger (factory retention, infinite) kept %d of %d ledgers", n, all)
+	}
+
+	// Size: 3 full ledgers' bytes after a ledger keep it, as in
+	// TestCursorRetention. SetRetention trims without being asked.
+	b.SetRetention(-1, 3*5*entrySize)
+	waitFor(t, 10*time.Second, "SetRetention to trim by size", func() bool { return len(b.Ledgers()) == 4 })
+	if n := trim(b); n != 4 {
+		t.Fatalf("size retention kept %d ledgers, want 4", n)
+	}
+
+	// Back to the factory's (infinite): what comes is kept.
+	b.ResetRetention()
+	if rt, rs := b.Retention(); rt != -1 || rs != -1 {
+		t.Fatalf("Retention after ResetRetention: %v %d", rt, rs)
+	}
+	appendBatches(t, env, b, rand.New(rand.NewPCG(2, 2)), 10, 1, 0)
+	c, err := b.OpenCursor(ctx, "sub", StartEarliest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MarkDelete(b.LastConfirmed(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	env.clock.Advance(time.Hour)
+	if n := trim(b); n != 6 {
+		t.Fatalf("after ResetRetention %d ledgers kept, want all 6", n)
+	}
+
+	// Zero keeps nothing the cursor passed.
+	b.SetRetention(0, 0)
+	waitFor(t, 10*time.Second, "zero retention to trim", func() bool { return len(b.Ledgers()) == 1 })
 }
