@@ -62,6 +62,8 @@ const (
 	DefaultMaxUnackedPerConsumer       = 50_000
 	DefaultDedupSnapshotInterval       = 1000
 	DefaultMaxPendingPublishesPerTopic = 0 // unbounded: producers bound themselves
+	DefaultMessageExpiryCheckInterval  = time.Minute
+	DefaultBacklogQuotaCheckInterval   = time.Minute
 )
 
 // Config configures a Broker. It is validated once, by New.
@@ -103,6 +105,16 @@ type Config struct {
 	SchemaCompatibility      CompatibilityStrategy
 	SchemaValidationEnforced bool
 
+	// MessageExpiryCheckInterval: how often the namespace policies are
+	// enforced on loaded topics (enforce.go): messages past the message
+	// TTL are expired, retention re-applied. Default 1 min; negative:
+	// never (retention still applies at load and on policy changes).
+	MessageExpiryCheckInterval time.Duration
+	// BacklogQuotaCheckInterval: how often backlog quotas are checked and
+	// applied on loaded topics (quota.go); they are also checked when a
+	// producer is created. Default 1 min; negative: only then.
+	BacklogQuotaCheckInterval time.Duration
+
 	// Clock gives the time of broker-side decisions. Default time.Now.
 	Clock  func() time.Time
 	Logger *slog.Logger
@@ -138,6 +150,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxUnackedPerConsumer == 0 {
 		c.MaxUnackedPerConsumer = DefaultMaxUnackedPerConsumer
+	}
+	if c.MessageExpiryCheckInterval == 0 {
+		c.MessageExpiryCheckInterval = DefaultMessageExpiryCheckInterval
+	}
+	if c.BacklogQuotaCheckInterval == 0 {
+		c.BacklogQuotaCheckInterval = DefaultBacklogQuotaCheckInterval
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -182,6 +200,8 @@ type Broker struct {
 	producerSeq atomic.Int64
 	consumerSeq atomic.Uint64
 
+	enforce *enforcer // periodic enforcement of namespace policies (enforce.go)
+
 	mu     sync.Mutex
 	topics map[string]*topicLoad
 	closed bool
@@ -206,7 +226,9 @@ func New(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Broker{cfg: cfg, log: cfg.Logger, schemas: schemas, topics: map[string]*topicLoad{}}, nil
+	b := &Broker{cfg: cfg, log: cfg.Logger, schemas: schemas, topics: map[string]*topicLoad{}}
+	b.enforce = b.startEnforcing()
+	return b, nil
 }
 
 // Schemas returns the schema registry.
@@ -368,7 +390,7 @@ func (b *Broker) loadTopic(ctx context.Context, t TopicName, create bool) (*Topi
 			return nil, fmt.Errorf("%w: %s", ErrTopicNotFound, t)
 		}
 	}
-	ml, err := b.cfg.Ledgers.Open(ctx, t.ManagedLedgerName())
+	ml, err := b.cfg.Ledgers.Open(ctx, t.ManagedLedgerName(), b.openOptions(ctx, t)...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: topic %s: %w", t, err)
 	}
@@ -451,6 +473,7 @@ func (b *Broker) children(ctx context.Context, p string) ([]string, error) {
 // Close closes every topic: producers and consumers are disconnected,
 // cursors and managed ledgers closed.
 func (b *Broker) Close(ctx context.Context) error {
+	b.stopEnforcing()
 	b.mu.Lock()
 	b.closed = true
 	loads := make([]*topicLoad, 0, len(b.topics))

@@ -28,8 +28,8 @@ import (
 //     AutoTopicPartitions) for the namespace.
 //   - a topic can only be created in a namespace that exists (public/default
 //     always does).
-//
-// Retention, message TTL and backlog quotas are stored and served only.
+//   - retention_policies and message_ttl_in_seconds (enforce.go), and
+//     backlog_quota_map (quota.go).
 
 // Policies are a namespace's policies.
 type Policies struct {
@@ -353,6 +353,9 @@ func (b *Broker) UpdateNamespacePolicies(ctx context.Context, tenant, ns string,
 		}
 		if errors.Is(err, meta.ErrNotFound) {
 			return fmt.Errorf("%w: namespace %s/%s", ErrNamespaceNotFound, tenant, ns)
+		}
+		if err == nil {
+			b.policiesChanged(tenant, ns, p)
 		}
 		return err
 	}

@@ -176,6 +176,9 @@ func (t *Topic) AddProducer(ctx context.Context, o ProducerOptions) (*Producer, 
 	if o.Sink == nil {
 		return nil, fmt.Errorf("%w: producer without a sink", ErrInvalidRequest)
 	}
+	if err := t.checkProducerQuota(ctx); err != nil { // quota.go
+		return nil, err
+	}
 	version := SchemaVersion(-1)
 	if o.Schema != nil {
 		v, err := t.b.schemas.GetOrCreate(ctx, t.name, *o.Schema)

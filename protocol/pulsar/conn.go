@@ -378,6 +378,10 @@ func errorCode(err error) pb.ServerError {
 		return pb.ServerError_TopicTerminatedError
 	case errors.Is(err, broker.ErrInvalidRequest):
 		return pb.ServerError_NotAllowedError
+	case errors.Is(err, broker.ErrProducerBlockedQuotaExceeded):
+		return pb.ServerError_ProducerBlockedQuotaExceededError
+	case errors.Is(err, broker.ErrProducerBlockedQuotaException):
+		return pb.ServerError_ProducerBlockedQuotaExceededException
 	case errors.Is(err, broker.ErrTopicClosed), errors.Is(err, broker.ErrBrokerClosed),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, broker.ErrDuplicateUnknown):
 		return pb.ServerError_ServiceNotReady
