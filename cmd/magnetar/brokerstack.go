@@ -30,6 +30,9 @@ var brokerSettings = []setting{
 	{"max-message-size", strconv.Itoa(frame.DefaultMaxMessageSize), "bytes", "largest message (or batch) a client may send; announced to Pulsar clients"},
 	{"entry-cache-size", "268435456", "bytes", "memory for recently written entries, shared by all topics; tailing consumers read from it"},
 	{"max-unacked-messages-per-consumer", "50000", "count", "a Shared or Key_Shared consumer holding this many unacknowledged messages gets no more until it acknowledges"},
+	{"message-expiry-check-interval", "1m", "duration", "how often namespace policies are enforced on loaded topics: messages older than the namespace's message TTL are expired (acknowledged for every subscription)"},
+	{"backlog-quota-check-interval", "1m", "duration", "how often namespace backlog quotas are checked and applied on loaded topics (they are also checked when a producer is created)"},
+	{"metrics-max-topics", strconv.Itoa(broker.DefaultMetricsMaxTopics), "count", "topics exported on /metrics with their own topic label; the others are added up per namespace under topic=\"_other\" (0: namespace totals only)"},
 }
 
 // brokerConfig is the checked broker configuration.
@@ -42,6 +45,9 @@ type brokerConfig struct {
 	MaxMessageSize        int
 	EntryCacheSize        int64
 	MaxUnackedPerConsumer int
+	MessageExpiryCheck    time.Duration
+	BacklogQuotaCheck     time.Duration
+	MetricsMaxTopics      int
 	// ServiceURL is the advertised URL of the http listener (not a
 	// setting: the caller fills it in), recorded in the cluster's data.
 	ServiceURL string
@@ -75,7 +81,16 @@ func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
 	if cfg.EntryCacheSize, err = check(sv, s("entry-cache-size"), parsePositiveInt); err != nil {
 		return cfg, err
 	}
-	cfg.MaxUnackedPerConsumer, err = check(sv, s("max-unacked-messages-per-consumer"), parseCount(1<<31-1))
+	if cfg.MessageExpiryCheck, err = check(sv, s("message-expiry-check-interval"), parsePositiveDuration); err != nil {
+		return cfg, err
+	}
+	if cfg.BacklogQuotaCheck, err = check(sv, s("backlog-quota-check-interval"), parsePositiveDuration); err != nil {
+		return cfg, err
+	}
+	if cfg.MaxUnackedPerConsumer, err = check(sv, s("max-unacked-messages-per-consumer"), parseCount(1<<31-1)); err != nil {
+		return cfg, err
+	}
+	cfg.MetricsMaxTopics, err = check(sv, s("metrics-max-topics"), parseIntRange(0, 1_000_000))
 	return cfg, err
 }
 
@@ -87,6 +102,8 @@ type brokerStack struct {
 	cache   *ledger.Cache
 	ledgers *ledger.Factory
 	broker  *broker.Broker
+	metrics *broker.MetricsCollector // registered with reg; nil until then
+	reg     prometheus.Registerer
 	pulsar  *pulsar.Server
 	served  chan error
 }
@@ -117,6 +134,7 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, pulsarLn net.L
 		AutoTopicCreation: cfg.AutoTopicCreation, AutoTopicPartitions: cfg.AutoTopicPartitions,
 		Deduplication: cfg.Deduplication, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer,
 		SchemaCompatibility: cfg.SchemaCompatibility, SchemaValidationEnforced: cfg.SchemaValidation,
+		MessageExpiryCheckInterval: cfg.MessageExpiryCheck, BacklogQuotaCheckInterval: cfg.BacklogQuotaCheck,
 		Logger: log.With("component", "broker")}); err != nil {
 		return nil, err
 	}
@@ -125,6 +143,9 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, pulsarLn net.L
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("broker: creating the cluster and public/default: %w", err)
+	}
+	if err = b.registerMetrics(cfg, reg); err != nil {
+		return nil, err
 	}
 	if b.pulsar, err = pulsar.NewServer(pulsar.Config{Broker: b.broker, AdvertisedURL: "pulsar://" + pulsarAdvertised,
 		MaxMessageSize: cfg.MaxMessageSize, ServerVersion: "magnetar " + currentBuild().Version,
@@ -159,6 +180,9 @@ func (b *brokerStack) close(ctx context.Context) error {
 		if err := b.ledgers.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("managed ledgers: %w", err))
 		}
+	}
+	if b.metrics != nil {
+		b.reg.Unregister(b.metrics)
 	}
 	if b.cache != nil {
 		b.cache.Close()
