@@ -43,6 +43,7 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,10 +74,13 @@ func registerTopics(a *api, s *Server) {
 	a.handle(s, "POST "+topicPath+"/partitions", a.updatePartitions)
 	a.handle(s, "GET "+topicPath+"/partitions", a.getPartitions)
 	a.handle(s, "DELETE "+topicPath+"/partitions", a.deletePartitioned)
-	a.handle(s, "GET "+topicPath+"/stats", a.topicStats)
+	a.handle(s, "GET "+topicPath+"/stats", topicGet(a.b.TopicStats))
 	a.handle(s, "GET "+topicPath+"/partitioned-stats", a.partitionedStats)
-	a.handle(s, "GET "+topicPath+"/internalStats", a.internalStats)
-	a.handle(s, "GET "+topicPath+"/subscriptions", a.listSubscriptions)
+	a.handle(s, "GET "+topicPath+"/internalStats", topicGet(a.b.InternalStats))
+	a.handle(s, "GET "+topicPath+"/subscriptions", topicGet(func(ctx context.Context, t broker.TopicName) ([]string, error) {
+		subs, err := a.b.Subscriptions(ctx, t)
+		return nonNil(subs), err
+	}))
 	a.handle(s, "PUT "+topicPath+"/subscription/{sub}", a.createSubscription)
 	a.handle(s, "DELETE "+topicPath+"/subscription/{sub}", a.deleteSubscription)
 	a.handle(s, "POST "+topicPath+"/subscription/{sub}/resetcursor/{timestamp}", a.resetCursorToTime)
@@ -318,19 +322,6 @@ func (a *api) deletePartitioned(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *api) topicStats(w http.ResponseWriter, r *http.Request) error {
-	t, err := topicOf(r)
-	if err != nil {
-		return err
-	}
-	st, err := a.b.TopicStats(r.Context(), t)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
-}
-
 func (a *api) partitionedStats(w http.ResponseWriter, r *http.Request) error {
 	t, err := topicOf(r)
 	if err != nil {
@@ -345,32 +336,6 @@ func (a *api) partitionedStats(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, st)
-	return nil
-}
-
-func (a *api) internalStats(w http.ResponseWriter, r *http.Request) error {
-	t, err := topicOf(r)
-	if err != nil {
-		return err
-	}
-	st, err := a.b.InternalStats(r.Context(), t)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
-}
-
-func (a *api) listSubscriptions(w http.ResponseWriter, r *http.Request) error {
-	t, err := topicOf(r)
-	if err != nil {
-		return err
-	}
-	subs, err := a.b.Subscriptions(r.Context(), t)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, nonNil(subs))
 	return nil
 }
 
@@ -659,4 +624,21 @@ func (a *api) unload(w http.ResponseWriter, r *http.Request) error {
 	}
 	noContent(w)
 	return nil
+}
+
+// topicGet answers a GET that reads one thing about the topic in the path
+// with get's result as JSON.
+func topicGet[T any](get func(context.Context, broker.TopicName) (T, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		t, err := topicOf(r)
+		if err != nil {
+			return err
+		}
+		v, err := get(r.Context(), t)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
 }
