@@ -12,11 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/magnetar-io/magnetar/bookie/bookietest"
-	"github.com/magnetar-io/magnetar/bookie/client"
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/broker/brokertest"
 	"github.com/magnetar-io/magnetar/ledger"
-	"github.com/magnetar-io/magnetar/meta/local"
 )
 
 // restBroker is a bootstrapped broker over a meta/local store and one
@@ -29,53 +27,16 @@ type restBroker struct {
 func startRESTBroker(t *testing.T) *restBroker {
 	t.Helper()
 	log := quietLogger()
-	store, err := local.Open(t.TempDir(), local.Options{NoSync: true, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	bk, err := bookietest.Start(store, bookietest.Options{Dir: "/b1", NoSync: true, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bk.Stop)
-	c, err := client.New(client.Config{Meta: store, Logger: log, DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	cache, err := ledger.NewCache(ledger.CacheConfig{MaxBytes: 16 << 20, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
-	f, err := ledger.NewFactory(ledger.Config{Bookies: ledger.ClientBookies(c), Meta: store, Cache: cache, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		f.Close(ctx)
-	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := "http://" + ln.Addr().String()
-	b, err := broker.New(broker.Config{Meta: store, Ledgers: f, Logger: log,
-		ServiceURL: base, BrokerServiceURL: "pulsar://127.0.0.1:6650"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		b.Close(ctx)
-	})
-	if err := b.Bootstrap(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := brokertest.Start(t, brokertest.Options{Bootstrap: true, Ledger: func(c *ledger.Config) {
+		c.RetentionTime, c.RetentionSize = 0, 0 // the broker's default: keep nothing consumed
+	}, Broker: func(c *broker.Config) {
+		c.ServiceURL, c.BrokerServiceURL = base, "pulsar://127.0.0.1:6650"
+	}}).Broker
 	s, err := New(Config{Listener: ln, Gatherer: prometheus.NewRegistry(), Logger: log})
 	if err != nil {
 		t.Fatal(err)

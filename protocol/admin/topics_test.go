@@ -18,12 +18,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/magnetar-io/magnetar/bookie/bookietest"
-	"github.com/magnetar-io/magnetar/bookie/client"
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/broker/brokertest"
 	"github.com/magnetar-io/magnetar/broker/msgpb"
 	"github.com/magnetar-io/magnetar/ledger"
-	"github.com/magnetar-io/magnetar/meta/local"
 )
 
 // topicsEnv is a real broker (meta/local store, one in-process bookie,
@@ -36,46 +34,9 @@ type topicsEnv struct {
 func newTopicsEnv(t *testing.T) *topicsEnv {
 	t.Helper()
 	log := quietLogger()
-	store, err := local.Open(t.TempDir(), local.Options{NoSync: true, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	bk, err := bookietest.Start(store, bookietest.Options{Dir: "/b1", NoSync: true, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bk.Stop)
-	c, err := client.New(client.Config{Meta: store, Logger: log, DialTimeout: time.Second,
-		AddTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	cache, err := ledger.NewCache(ledger.CacheConfig{MaxBytes: 16 << 20, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
-	f, err := ledger.NewFactory(ledger.Config{Bookies: ledger.ClientBookies(c), Meta: store, Cache: cache,
-		RetentionTime: -1, RetentionSize: -1, CursorFlushInterval: 10 * time.Millisecond, MinLedgerAge: -1, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		f.Close(ctx)
-	})
-	b, err := broker.New(broker.Config{Meta: store, Ledgers: f, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		b.Close(ctx)
-	})
+	b := brokertest.Start(t, brokertest.Options{Ledger: func(c *ledger.Config) {
+		c.CursorFlushInterval, c.MinLedgerAge = 10*time.Millisecond, -1
+	}}).Broker
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -14,12 +14,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/magnetar-io/magnetar/bookie/bookietest"
-	"github.com/magnetar-io/magnetar/bookie/client"
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/broker/brokertest"
 	"github.com/magnetar-io/magnetar/broker/msgpb"
-	"github.com/magnetar-io/magnetar/ledger"
-	"github.com/magnetar-io/magnetar/meta/local"
 	"github.com/magnetar-io/magnetar/protocol/pulsar/frame"
 	pb "github.com/magnetar-io/magnetar/protocol/pulsar/pulsarpb"
 )
@@ -41,37 +38,7 @@ type testServer struct {
 func startServer(t *testing.T, tweak func(*Config)) *testServer {
 	t.Helper()
 	log := testLogger()
-	store, err := local.Open(t.TempDir(), local.Options{NoSync: true, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	bk, err := bookietest.Start(store, bookietest.Options{Dir: "/b1", NoSync: true, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bk.Stop)
-	bc, err := client.New(client.Config{Meta: store, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bc.Close() })
-	cache, err := ledger.NewCache(ledger.CacheConfig{MaxBytes: 16 << 20, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
-	f, err := ledger.NewFactory(ledger.Config{Bookies: ledger.ClientBookies(bc), Meta: store, Cache: cache,
-		RetentionTime: -1, RetentionSize: -1, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close(context.Background()) })
-	b, err := broker.New(broker.Config{Meta: store, Ledgers: f, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(context.Background()) })
+	b := brokertest.Start(t, brokertest.Options{}).Broker
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
