@@ -44,6 +44,8 @@ func newBookieCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bookie",
 		Short: "Run a bookie: a storage node that keeps ledger entries",
+		Example: `  magnetar bookie --metadata-store zk:zk1:2181,zk2:2181/magnetar --data-dir /data/bookie
+  magnetar bookie --metadata-store zk:zk1:2181/magnetar --journal-dir /ssd/journal --bookie-listen 0.0.0.0:3181`,
 		Long: `Run a bookie: a storage node that keeps ledger entries durably.
 
 Adds are acknowledged once fsync'd to the journal (group commit); entries are

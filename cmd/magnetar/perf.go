@@ -55,6 +55,9 @@ func newPerfBookieCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bookie",
 		Short: "Measure bookie add throughput and latency against the disk's own limits",
+		Example: `  magnetar perf bookie                                        # 1 bookie, 1 KiB entries, closed loop, 10 s
+  magnetar perf bookie --perf-entry-size 16384 --perf-rate 6000 # open loop at 6,000 adds/s
+  magnetar perf bookie --perf-bookies 3 --perf-ensemble 3 --perf-write-quorum 2 --perf-ack-quorum 2`,
 		Long: `Measure bookie add throughput and latency against the disk's own limits.
 
 Starts perf-bookies bookies in-process on 127.0.0.1 (random ports) with an

@@ -77,6 +77,9 @@ func newPerfProduceCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "produce",
 		Short: "Publish to Pulsar topics and measure throughput and publish latency",
+		Example: `  magnetar perf produce --perf-rate 20000 --perf-duration 30s     # open loop, 1 KiB messages
+  magnetar perf produce --perf-topics 4 --perf-compression lz4     # as fast as 1000 pending allow
+  magnetar perf produce --perf-service-url pulsar://broker:6650 --perf-batching=false`,
 		Long: `Publish to Pulsar topics and measure throughput and publish latency.
 
 Connects to perf-service-url with the Pulsar Go client and creates
@@ -108,6 +111,8 @@ func newPerfConsumeCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "consume",
 		Short: "Consume from Pulsar topics and measure throughput and end-to-end latency",
+		Example: `  magnetar perf consume --perf-duration 0                          # until Ctrl-C
+  magnetar perf consume --perf-subscription-type shared --perf-consumers 2 --perf-subscription-position earliest`,
 		Long: `Consume from Pulsar topics and measure throughput and end-to-end latency.
 
 Connects to perf-service-url with the Pulsar Go client, subscribes

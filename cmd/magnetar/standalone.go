@@ -67,7 +67,12 @@ type standaloneConfig struct {
 
 func newStandaloneCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "standalone",
+		Use: "standalone",
+		Example: `  magnetar standalone                                  # data in ./data, Pulsar on :6650, HTTP on :8080
+  magnetar standalone --data-dir /var/lib/magnetar --http-listen 127.0.0.1:8080
+  magnetar standalone --metadata-store zk:127.0.0.1:2181/magnetar
+  magnetar standalone --auto-topic-creation partitioned --auto-topic-partitions 4
+  MAGNETAR_BROKER_DEDUPLICATION_ENABLED=true magnetar standalone --config magnetar.yaml`,
 		Short: "Run Magnetar in one process, with all its data in one directory",
 		Long: `Run Magnetar in one process, with all data under --data-dir.
 

@@ -67,10 +67,11 @@ func resolveBuild(version, commit string, info *debug.BuildInfo) buildInfo {
 
 func newVersionCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "version",
-		Short: "Print the version, git commit, Go version and platform",
-		Long:  "Print the version, git commit, Go version and platform of this binary.\n" + configHelp,
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Example: "  magnetar version",
+		Short:   "Print the version, git commit, Go version and platform",
+		Long:    "Print the version, git commit, Go version and platform of this binary.\n" + configHelp,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b := currentBuild()
 			fmt.Fprintf(a.stdout, "magnetar %s\ncommit:     %s\ngo version: %s\nos/arch:    %s/%s\n",
