@@ -94,24 +94,7 @@ func (t *Topic) Close(ctx context.Context) error {
 		t.mu.Unlock()
 		return nil
 	}
-	t.closed = true
-	producers := make([]*Producer, 0, len(t.producers))
-	for _, p := range t.producers {
-		producers = append(producers, p)
-	}
-	subs := make([]*Subscription, 0, len(t.subs))
-	for _, s := range t.subs {
-		subs = append(subs, s)
-	}
-	waiting := t.waiting
-	t.waiting = nil
-	t.mu.Unlock()
-	for _, w := range waiting {
-		close(w)
-	}
-	for _, p := range producers {
-		p.disconnect()
-	}
+	subs := t.detachLocked()
 	var errs []error
 	for _, s := range subs {
 		if err := s.close(ctx, true); err != nil {
@@ -131,6 +114,31 @@ func (t *Topic) Close(ctx context.Context) error {
 	t.b.forget(t)
 	t.log.Info("topic closed")
 	return errors.Join(errs...)
+}
+
+// detachLocked, called with t.mu held, marks the topic closed, releases
+// the producers waiting for exclusive access, disconnects the producers
+// and returns the subscriptions (to close); it returns with t.mu released.
+func (t *Topic) detachLocked() []*Subscription {
+	t.closed = true
+	producers := make([]*Producer, 0, len(t.producers))
+	for _, p := range t.producers {
+		producers = append(producers, p)
+	}
+	subs := make([]*Subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	waiting := t.waiting
+	t.waiting = nil
+	t.mu.Unlock()
+	for _, w := range waiting {
+		close(w)
+	}
+	for _, p := range producers {
+		p.disconnect()
+	}
+	return subs
 }
 
 // AccessMode is a producer's access mode (Pulsar's numbering).

@@ -228,24 +228,7 @@ func (t *Topic) delete(ctx context.Context, force bool) error {
 		t.mu.Unlock()
 		return fmt.Errorf("%w: topic %s has active producers/subscriptions", ErrPreconditionFailed, t.name)
 	}
-	t.closed = true
-	producers := make([]*Producer, 0, len(t.producers))
-	for _, p := range t.producers {
-		producers = append(producers, p)
-	}
-	subs := make([]*Subscription, 0, len(t.subs))
-	for _, s := range t.subs {
-		subs = append(subs, s)
-	}
-	waiting := t.waiting
-	t.waiting = nil
-	t.mu.Unlock()
-	for _, w := range waiting {
-		close(w)
-	}
-	for _, p := range producers {
-		p.disconnect()
-	}
+	subs := t.detachLocked()
 	for _, s := range subs {
 		s.close(ctx, true) // the cursors go with the managed ledger
 	}
