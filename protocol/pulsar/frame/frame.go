@@ -67,6 +67,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/broker/msgpb"
 	"github.com/magnetar-io/magnetar/protocol/pulsar/pulsarpb"
 )
@@ -162,26 +163,18 @@ func (f *Frame) Metadata() (*msgpb.MessageMetadata, []byte, error) {
 // [metadataSize][MessageMetadata][payload]. It does not verify the checksum.
 // The returned payload aliases b. Errors wrap ErrMalformed.
 func ParseHeadersAndPayload(b []byte) (*msgpb.MessageMetadata, []byte, error) {
-	p := b
-	if hasChecksum(p) {
-		if len(p) < magicLen+checksumLen {
-			return nil, nil, fmt.Errorf("%w: checksum cut off (%d bytes after the command)", ErrMalformed, len(b))
-		}
-		p = p[magicLen+checksumLen:]
+	if hasChecksum(b) && len(b) < magicLen+checksumLen {
+		return nil, nil, fmt.Errorf("%w: checksum cut off (%d bytes after the command)", ErrMalformed, len(b))
 	}
-	if len(p) < sizeLen {
-		return nil, nil, fmt.Errorf("%w: metadata size cut off (%d bytes after the command)", ErrMalformed, len(b))
+	// The layout is the broker's stored entry format: one parser for both.
+	md, payload, err := broker.ParseEntry(b)
+	if err == nil {
+		err = proto.CheckInitialized(md) // the wire requires what the store tolerates
 	}
-	n := binary.BigEndian.Uint32(p)
-	p = p[sizeLen:]
-	if uint64(n) > uint64(len(p)) {
-		return nil, nil, fmt.Errorf("%w: metadata size %d exceeds the %d bytes that follow it", ErrMalformed, n, len(p))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	md := new(msgpb.MessageMetadata)
-	if err := proto.Unmarshal(p[:n], md); err != nil {
-		return nil, nil, fmt.Errorf("%w: message metadata: %v", ErrMalformed, err)
-	}
-	return md, p[n:], nil
+	return md, payload, nil
 }
 
 func hasChecksum(b []byte) bool {
