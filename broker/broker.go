@@ -115,6 +115,12 @@ type Config struct {
 	// producer is created. Default 1 min; negative: only then.
 	BacklogQuotaCheckInterval time.Duration
 
+	// KafkaTenant and KafkaNamespace hold the topics Kafka clients name
+	// without a tenant and namespace ("foo" is
+	// persistent://KafkaTenant/KafkaNamespace/foo). Default public/default.
+	KafkaTenant    string
+	KafkaNamespace string
+
 	// Clock gives the time of broker-side decisions. Default time.Now.
 	Clock  func() time.Time
 	Logger *slog.Logger
@@ -157,6 +163,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BacklogQuotaCheckInterval == 0 {
 		c.BacklogQuotaCheckInterval = DefaultBacklogQuotaCheckInterval
 	}
+	if c.KafkaTenant == "" {
+		c.KafkaTenant = DefaultTenant
+	}
+	if c.KafkaNamespace == "" {
+		c.KafkaNamespace = DefaultNamespace
+	}
+	for _, v := range []string{c.KafkaTenant, c.KafkaNamespace} {
+		if err := checkNamePart(v); err != nil {
+			return c, fmt.Errorf("broker: Kafka tenant/namespace %q %s", v, err)
+		}
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -198,6 +215,7 @@ type Broker struct {
 	schemas *SchemaRegistry
 
 	producerSeq atomic.Int64
+	kafkaIDs    kafkaProducerIDs
 	consumerSeq atomic.Uint64
 
 	enforce *enforcer // periodic enforcement of namespace policies (enforce.go)

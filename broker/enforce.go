@@ -163,7 +163,14 @@ func (b *Broker) policiesChanged(tenant, ns string, p Policies) {
 // broker's defaults; otherwise the next enforcement tick applies them).
 func (b *Broker) openOptions(ctx context.Context, t TopicName) []ledger.OpenOption {
 	p, err := b.topicPolicies(ctx, t)
-	if err != nil || p.RetentionPolicies == nil {
+	if err != nil {
+		return nil
+	}
+	c, err := b.TopicConfig(ctx, t)
+	if rt, rs, ok := ownRetention(&c, p.RetentionPolicies); err == nil && ok {
+		return []ledger.OpenOption{ledger.WithRetention(rt, rs)}
+	}
+	if p.RetentionPolicies == nil {
 		return nil
 	}
 	rt, rs := retentionLimits(*p.RetentionPolicies)
@@ -173,6 +180,10 @@ func (b *Broker) openOptions(ctx context.Context, t TopicName) []ledger.OpenOpti
 // applyRetention gives the topic's managed ledger the retention r (nil:
 // the ledger factory's). Setting the same retention again does nothing.
 func (t *Topic) applyRetention(r *RetentionPolicies) {
+	if rt, rs, ok := ownRetention(t.config.Load(), r); ok {
+		t.ml.SetRetention(rt, rs)
+		return
+	}
 	if r == nil {
 		t.ml.ResetRetention()
 		return
@@ -215,7 +226,7 @@ func (t *Topic) expireMessages(ctx context.Context, ttl time.Duration) error {
 	}
 	var errs []error
 	for _, c := range t.ml.Cursors() {
-		if c.Name() == dedupCursor || !c.MarkDeletePosition().Before(upTo) {
+		if isInternalCursor(c.Name()) || !c.MarkDeletePosition().Before(upTo) {
 			continue
 		}
 		s, err := t.subscription(ctx, c.Name())

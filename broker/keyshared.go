@@ -45,12 +45,18 @@ type stickyRange struct {
 	c *Consumer
 }
 
+// maxKeyedBatch bounds what is decompressed to find a Kafka batch's key.
+const maxKeyedBatch = 64 << 20
+
 func keyHash(e ledger.Entry) uint32 {
 	var key []byte
-	if e.Header.Format == ledger.FormatPulsar {
+	switch e.Header.Format {
+	case ledger.FormatPulsar:
 		if md, _, err := ParseEntry(e.Payload); err == nil {
 			key = entryKey(md)
 		}
+	case ledger.FormatKafka:
+		key, _ = FirstRecordKey(e.Payload, maxKeyedBatch)
 	}
 	if len(key) == 0 {
 		key = []byte(noneKey)

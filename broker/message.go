@@ -84,3 +84,14 @@ func entryKey(md *msgpb.MessageMetadata) []byte {
 	}
 	return []byte(md.GetPartitionKey())
 }
+
+// PulsarPayload is an entry as Pulsar consumers receive it (headers and
+// payload, as ParseEntry reads them): a Pulsar entry's stored bytes, or a
+// Kafka record batch converted to a batch of as many messages (maxSize
+// bounds the decompressed records).
+func PulsarPayload(e ledger.Entry, maxSize int) ([]byte, error) {
+	if e.Header.Format == ledger.FormatKafka {
+		return KafkaToPulsar(e.Payload, e.Header.PublishTime, maxSize)
+	}
+	return e.Payload, nil
+}

@@ -298,7 +298,7 @@ func (m *MetricsCollector) sample(ctx context.Context, t *Topic, now time.Time, 
 	// one (as in the admin stats); the dedup cursor is none.
 	cursors := map[string]*ledger.Cursor{}
 	for _, c := range t.ml.Cursors() {
-		if c.Name() != dedupCursor {
+		if !isInternalCursor(c.Name()) {
 			cursors[c.Name()] = c
 		}
 	}

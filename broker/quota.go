@@ -77,7 +77,7 @@ func (t *Topic) overQuota(ctx context.Context, quotas map[string]BacklogQuota) (
 func (t *Topic) durableSubscriptions() []*ledger.Cursor {
 	var out []*ledger.Cursor
 	for _, c := range t.ml.Cursors() {
-		if c.Name() != dedupCursor {
+		if !isInternalCursor(c.Name()) {
 			out = append(out, c)
 		}
 	}
@@ -125,10 +125,21 @@ func (t *Topic) checkProducerQuota(ctx context.Context) error {
 func (t *Topic) enforceBacklogQuotas(ctx context.Context, quotas map[string]BacklogQuota) error {
 	typ, q, over, err := t.overQuota(ctx, quotas)
 	if err != nil || !over {
+		if err == nil {
+			t.kafkaBlocked.Store(nil)
+		}
 		return err
 	}
 	switch q.Policy {
 	case BacklogPolicyProducerRequestHold, BacklogPolicyProducerException:
+		// Kafka producers have no session to close: their appends are
+		// refused until a tick finds the topic under its quota again.
+		sentinel := ErrProducerBlockedQuotaExceeded
+		if q.Policy == BacklogPolicyProducerException {
+			sentinel = ErrProducerBlockedQuotaException
+		}
+		blocked := fmt.Errorf("%w: %s is over its %s quota", sentinel, t.name, typ)
+		t.kafkaBlocked.Store(&blocked)
 		t.mu.Lock()
 		producers := make([]*Producer, 0, len(t.producers))
 		for _, p := range t.producers {

@@ -193,7 +193,7 @@ func (t *Topic) Subscribe(ctx context.Context, o SubscribeOptions) (*Consumer, e
 	if o.Sink == nil {
 		return nil, fmt.Errorf("%w: consumer without a sink", ErrInvalidRequest)
 	}
-	if o.Subscription == "" || o.Subscription == dedupCursor {
+	if o.Subscription == "" || isInternalCursor(o.Subscription) {
 		return nil, fmt.Errorf("%w: subscription name %q", ErrInvalidRequest, o.Subscription)
 	}
 	if o.Type < SubExclusive || o.Type > SubKeyShared {

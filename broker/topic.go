@@ -33,6 +33,17 @@ type Topic struct {
 	// Append (so sequence ids reach the log in the order they were checked).
 	dedupMu sync.Mutex
 	dedup   *dedupState // nil: deduplication off
+
+	// kafkaMu guards kafka and orders each idempotent Kafka append with its
+	// Append (kafkaproducers.go).
+	kafkaMu sync.Mutex
+	kafka   *kafkaProducers // nil until the first idempotent Kafka producer
+
+	config atomic.Pointer[TopicConfig] // the topic's own settings (topicconfig.go); nil: none
+
+	// kafkaBlocked, if set, refuses Kafka appends: the topic is over a
+	// backlog quota that holds or rejects producers (quota.go).
+	kafkaBlocked atomic.Pointer[error]
 }
 
 func newTopic(b *Broker, name TopicName, ml *ledger.ManagedLedger) *Topic {
@@ -40,8 +51,21 @@ func newTopic(b *Broker, name TopicName, ml *ledger.ManagedLedger) *Topic {
 		producers: map[string]*Producer{}, subs: map[string]*Subscription{}}
 }
 
-// load restores what the topic keeps besides its log: deduplication state.
+// load restores what the topic keeps besides its log: deduplication state
+// and the state of Kafka idempotent producers.
 func (t *Topic) load(ctx context.Context) error {
+	c, err := t.b.TopicConfig(ctx, t.name)
+	if err != nil {
+		return fmt.Errorf("broker: topic %s: %w", t.name, err)
+	}
+	t.config.Store(&c)
+	if t.hasCursor(kafkaProducersCursor) {
+		kp, err := openKafkaProducers(ctx, t, false)
+		if err != nil {
+			return fmt.Errorf("broker: topic %s: Kafka producer state: %w", t.name, err)
+		}
+		t.kafka = kp
+	}
 	on, err := t.b.deduplication(ctx, t.name)
 	if err != nil || !on {
 		return err
@@ -78,9 +102,14 @@ func (t *Topic) LastMessageID(ctx context.Context) (MessageID, bool, error) {
 	if err != nil {
 		return id, true, err
 	}
-	if len(es) == 1 && es[0].Header.Format == ledger.FormatPulsar {
-		if md, _, err := ParseEntry(es[0].Payload); err == nil && md.NumMessagesInBatch != nil {
-			id.BatchIndex = md.GetNumMessagesInBatch() - 1
+	if len(es) == 1 {
+		switch es[0].Header.Format {
+		case ledger.FormatPulsar:
+			if md, _, err := ParseEntry(es[0].Payload); err == nil && md.NumMessagesInBatch != nil {
+				id.BatchIndex = md.GetNumMessagesInBatch() - 1
+			}
+		case ledger.FormatKafka: // read by Pulsar clients as a batch
+			id.BatchIndex = es[0].Header.Messages - 1
 		}
 	}
 	return id, true, nil
@@ -108,6 +137,13 @@ func (t *Topic) Close(ctx context.Context) error {
 		}
 	}
 	t.dedupMu.Unlock()
+	t.kafkaMu.Lock()
+	if t.kafka != nil {
+		if err := t.kafka.close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	t.kafkaMu.Unlock()
 	if err := t.ml.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}

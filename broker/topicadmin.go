@@ -194,6 +194,9 @@ func (b *Broker) DeleteTopic(ctx context.Context, t TopicName, force bool) error
 		return err
 	}
 	if !t.IsPartition() {
+		if err := b.deleteTopicConfig(ctx, t); err != nil {
+			return err
+		}
 		return b.schemas.Delete(ctx, t)
 	}
 	return nil
@@ -423,6 +426,9 @@ func (b *Broker) DeletePartitioned(ctx context.Context, t TopicName, force bool)
 		return err
 	}
 	b.log.Info("partitioned topic deleted", "topic", t.String(), "partitions", n)
+	if err := b.deleteTopicConfig(ctx, t); err != nil {
+		return err
+	}
 	return b.schemas.Delete(ctx, t)
 }
 
@@ -438,7 +444,7 @@ func (t *Topic) subscription(ctx context.Context, name string) (*Subscription, e
 	if s != nil {
 		return s, nil
 	}
-	if name == dedupCursor || !t.hasCursor(name) {
+	if isInternalCursor(name) || !t.hasCursor(name) {
 		return nil, fmt.Errorf("%w: %s on %s", ErrSubscriptionNotFound, name, t.name)
 	}
 	return t.openSubscription(ctx, SubscribeOptions{Subscription: name, Durable: true})
@@ -463,7 +469,7 @@ func (b *Broker) Subscriptions(ctx context.Context, t TopicName) ([]string, erro
 			return err
 		}
 		for _, c := range tp.ml.Cursors() {
-			if c.Name() != dedupCursor {
+			if !isInternalCursor(c.Name()) {
 				seen[c.Name()] = true
 			}
 		}
@@ -490,7 +496,7 @@ func (b *Broker) Subscriptions(ctx context.Context, t TopicName) ([]string, erro
 // first delivered; the earliest and latest markers are accepted.
 // ErrAlreadyExists if it exists (on any partition: then none is created).
 func (b *Broker) CreateSubscription(ctx context.Context, t TopicName, name string, id MessageID) error {
-	if name == "" || name == dedupCursor || strings.ContainsAny(name, "/") {
+	if name == "" || isInternalCursor(name) || strings.ContainsAny(name, "/") {
 		return fmt.Errorf("%w: subscription name %q", ErrInvalidRequest, name)
 	}
 	var topics []*Topic
@@ -962,7 +968,7 @@ func (t *Topic) stats(ctx context.Context) (TopicStats, error) {
 		open[s.name] = true
 	}
 	for _, c := range t.ml.Cursors() {
-		if c.Name() == dedupCursor || open[c.Name()] {
+		if isInternalCursor(c.Name()) || open[c.Name()] {
 			continue
 		}
 		bl, err := c.Backlog(ctx)

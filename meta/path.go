@@ -19,9 +19,11 @@ const (
 	TenantsRoot           = "/admin/tenants"            // tenant definitions
 	PoliciesRoot          = "/admin/policies"           // namespace policies, /<tenant>/<ns>
 	PartitionedTopicsRoot = "/admin/partitioned-topics" // partition counts
+	TopicConfigRoot       = "/admin/topic-config"       // a topic's own settings (Kafka topic configs)
 	BrokersRoot           = "/brokers"                  // one ephemeral node per live broker
 	NamespaceOwnerRoot    = "/namespace"                // ephemeral bundle ownership
 	KafkaGroupsRoot       = "/kafka/groups"             // Kafka consumer group state
+	KafkaProducerIDPath   = "/kafka/producer-ids"       // counter of Kafka producer ids (InitProducerId)
 	SchemasRoot           = "/schemas"                  // topic schemas, /<tenant>/<ns>/<topic>
 )
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/ledger"
 	"github.com/magnetar-io/magnetar/meta"
+	"github.com/magnetar-io/magnetar/protocol/kafka"
 	"github.com/magnetar-io/magnetar/protocol/pulsar"
 	"github.com/magnetar-io/magnetar/protocol/pulsar/frame"
 )
@@ -27,7 +29,9 @@ var brokerSettings = []setting{
 	{"broker-deduplication-enabled", "false", "bool", "drop messages a producer sends again (same producer name and sequence id), also across broker restarts"},
 	{"schema-compatibility", "FULL", "strategy", "how a new schema version must relate to the topic's existing ones: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE or FULL_TRANSITIVE"},
 	{"schema-validation-enforced", "false", "bool", "refuse producers without a schema on topics that have one"},
-	{"max-message-size", strconv.Itoa(frame.DefaultMaxMessageSize), "bytes", "largest message (or batch) a client may send; announced to Pulsar clients"},
+	{"max-message-size", strconv.Itoa(frame.DefaultMaxMessageSize), "bytes", "largest message (or batch) a client may send; announced to Pulsar clients; Kafka record batches above it get MESSAGE_TOO_LARGE"},
+	{"kafka-max-request-size", strconv.Itoa(kafka.DefaultMaxRequestSize), "bytes", "largest Kafka request accepted; a larger one closes the connection (Kafka's socket.request.max.bytes)"},
+	{"kafka-namespace", "public/default", "tenant/namespace", "where the topics Kafka clients name without a tenant and namespace live (\"foo\" is persistent://public/default/foo)"},
 	{"entry-cache-size", "268435456", "bytes", "memory for recently written entries, shared by all topics; tailing consumers read from it"},
 	{"max-unacked-messages-per-consumer", "50000", "count", "a Shared or Key_Shared consumer holding this many unacknowledged messages gets no more until it acknowledges"},
 	{"message-expiry-check-interval", "1m", "duration", "how often namespace policies are enforced on loaded topics: messages older than the namespace's message TTL are expired (acknowledged for every subscription)"},
@@ -43,6 +47,9 @@ type brokerConfig struct {
 	SchemaCompatibility   broker.CompatibilityStrategy
 	SchemaValidation      bool
 	MaxMessageSize        int
+	KafkaMaxRequestSize   int
+	KafkaTenant           string
+	KafkaNamespace        string
 	EntryCacheSize        int64
 	MaxUnackedPerConsumer int
 	MessageExpiryCheck    time.Duration
@@ -78,6 +85,17 @@ func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
 	if cfg.MaxMessageSize < 1024 {
 		return cfg, fmt.Errorf("--max-message-size %d: must be at least 1024", cfg.MaxMessageSize)
 	}
+	if cfg.KafkaMaxRequestSize, err = check(sv, s("kafka-max-request-size"), parseCount(1<<31-1)); err != nil {
+		return cfg, err
+	}
+	if cfg.KafkaMaxRequestSize < cfg.MaxMessageSize+1024 {
+		return cfg, fmt.Errorf("--kafka-max-request-size %d: must be above --max-message-size (%d) by at least 1024", cfg.KafkaMaxRequestSize, cfg.MaxMessageSize)
+	}
+	kns, err := check(sv, s("kafka-namespace"), parseNamespace)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.KafkaTenant, cfg.KafkaNamespace = kns[0], kns[1]
 	if cfg.EntryCacheSize, err = check(sv, s("entry-cache-size"), parsePositiveInt); err != nil {
 		return cfg, err
 	}
@@ -105,15 +123,24 @@ type brokerStack struct {
 	metrics *broker.MetricsCollector // registered with reg; nil until then
 	reg     prometheus.Registerer
 	pulsar  *pulsar.Server
+	kafka   *kafka.Server
 	served  chan error
 }
 
-// startBroker starts a broker over store, serving Pulsar on pulsarLn
-// (advertised as pulsarAdvertised, host:port). On error it closes what it
-// opened; the caller closes pulsarLn.
-func startBroker(cfg brokerConfig, name string, store meta.Store, pulsarLn net.Listener, pulsarAdvertised string,
+// brokerListeners are the protocol listeners of a broker and the
+// host:port each advertises.
+type brokerListeners struct {
+	pulsar, kafka                     net.Listener
+	pulsarAdvertised, kafkaAdvertised string
+}
+
+// startBroker starts a broker over store, serving Pulsar and Kafka on
+// their listeners. On error it closes what it opened; the caller closes
+// the listeners.
+func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListeners,
 	reg prometheus.Registerer, log *slog.Logger) (_ *brokerStack, err error) {
-	b := &brokerStack{log: log, served: make(chan error, 1)}
+	pulsarLn, pulsarAdvertised := ls.pulsar, ls.pulsarAdvertised
+	b := &brokerStack{log: log, served: make(chan error, 2)}
 	defer func() {
 		if err != nil {
 			b.close(context.Background())
@@ -135,6 +162,7 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, pulsarLn net.L
 		Deduplication: cfg.Deduplication, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer,
 		SchemaCompatibility: cfg.SchemaCompatibility, SchemaValidationEnforced: cfg.SchemaValidation,
 		MessageExpiryCheckInterval: cfg.MessageExpiryCheck, BacklogQuotaCheckInterval: cfg.BacklogQuotaCheck,
+		KafkaTenant: cfg.KafkaTenant, KafkaNamespace: cfg.KafkaNamespace,
 		Logger: log.With("component", "broker")}); err != nil {
 		return nil, err
 	}
@@ -152,7 +180,21 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, pulsarLn net.L
 		Logger: log.With("component", "pulsar")}); err != nil {
 		return nil, err
 	}
+	kafkaHost, kafkaPort, err := net.SplitHostPort(ls.kafkaAdvertised)
+	if err != nil {
+		return nil, fmt.Errorf("kafka advertised address %q: %w", ls.kafkaAdvertised, err)
+	}
+	port, err := strconv.Atoi(kafkaPort)
+	if err != nil {
+		return nil, fmt.Errorf("kafka advertised address %q: bad port", ls.kafkaAdvertised)
+	}
+	if b.kafka, err = kafka.NewServer(kafka.Config{Broker: b.broker, AdvertisedHost: kafkaHost, AdvertisedPort: int32(port),
+		MaxRequestSize: cfg.KafkaMaxRequestSize, MaxMessageSize: cfg.MaxMessageSize,
+		Logger: log.With("component", "kafka")}); err != nil {
+		return nil, err
+	}
 	go func() { b.served <- b.pulsar.Serve(pulsarLn) }()
+	go func() { b.served <- b.kafka.Serve(ls.kafka) }()
 	return b, nil
 }
 
@@ -166,6 +208,9 @@ func (b *brokerStack) close(ctx context.Context) error {
 	if b.pulsar != nil {
 		b.pulsar.StopAccepting()
 	}
+	if b.kafka != nil {
+		b.kafka.StopAccepting()
+	}
 	if b.broker != nil {
 		if err := b.broker.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("topics: %w", err))
@@ -174,6 +219,11 @@ func (b *brokerStack) close(ctx context.Context) error {
 	if b.pulsar != nil {
 		if err := b.pulsar.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("pulsar connections: %w", err))
+		}
+	}
+	if b.kafka != nil {
+		if err := b.kafka.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("kafka connections: %w", err))
 		}
 	}
 	if b.ledgers != nil {
@@ -191,4 +241,16 @@ func (b *brokerStack) close(ctx context.Context) error {
 		b.bookies.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// parseNamespace parses tenant/namespace.
+func parseNamespace(s string) ([2]string, error) {
+	tenant, ns, ok := strings.Cut(s, "/")
+	if !ok || tenant == "" || ns == "" || strings.Contains(ns, "/") {
+		return [2]string{}, errors.New("want tenant/namespace")
+	}
+	if _, err := broker.ParseTopicName(tenant + "/" + ns + "/x"); err != nil {
+		return [2]string{}, fmt.Errorf("not a valid tenant/namespace: %v", err)
+	}
+	return [2]string{tenant, ns}, nil
 }

@@ -144,3 +144,16 @@ func listenCause(err error) error {
 	}
 	return err
 }
+
+// parseHostPort checks an address to connect to: host:port with a host
+// and a port from 1.
+func parseHostPort(addr string) (string, error) {
+	if _, err := parseListen(addr); err != nil {
+		return "", err
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if host == "" || port == "0" {
+		return "", errors.New("want host:port with a host and a port, e.g. localhost:9092")
+	}
+	return addr, nil
+}

@@ -30,15 +30,13 @@ import (
 // clientSettings are the settings of `magnetar produce` and `magnetar consume`.
 var clientSettings = []setting{
 	{"service-url", "pulsar://localhost:6650", "url", "Pulsar service URL of the broker (pulsar://host:port)"},
+	{"kafka-bootstrap", "localhost:9092", "host:port", "the broker's Kafka listener, for --kafka"},
 }
 
 const (
 	clientConnectTimeout   = 5 * time.Second
 	clientOperationTimeout = 10 * time.Second
 )
-
-// errKafkaNotServed answers --kafka.
-var errKafkaNotServed = errors.New("the Kafka protocol is not served yet: leave out --kafka to use the Pulsar protocol")
 
 const clientHelp = `
 Topics may be given in full (persistent://tenant/ns/topic), as tenant/ns/topic,
@@ -76,14 +74,19 @@ times over. Prints the id of each message as the broker acknowledges it.
   seq 1 100 | magnetar produce my-topic`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if kafka {
-				return runtimeError(errKafkaNotServed)
-			}
-			serviceURL, err := check(a.vals, clientSettings[0], parseServiceURL)
+			opts, err := produceArgs(args[0], msgs, files, props, key, repeat)
 			if err != nil {
 				return err
 			}
-			opts, err := produceArgs(args[0], msgs, files, props, key, repeat)
+			if kafka {
+				addr, err := check(a.vals, clientSettings[1], parseHostPort)
+				if err != nil {
+					return err
+				}
+				opts.Topic = args[0] // as given: the broker maps Kafka names
+				return runtimeError(a.produceKafka(addr, opts, cmd.InOrStdin()))
+			}
+			serviceURL, err := check(a.vals, clientSettings[0], parseServiceURL)
 			if err != nil {
 				return err
 			}
@@ -97,7 +100,7 @@ times over. Prints the id of each message as the broker acknowledges it.
 	f.StringVarP(&key, "key", "k", "", "message key (partitioned topics route by it)")
 	f.StringArrayVarP(&props, "properties", "p", nil, "a property key=value; repeat for more")
 	f.IntVarP(&repeat, "num-produce", "n", 1, "send the messages this many times over")
-	f.BoolVar(&kafka, "kafka", false, "use the Kafka protocol (not served yet)")
+	f.BoolVar(&kafka, "kafka", false, "use the Kafka protocol (franz-go, against --kafka-bootstrap); prints partition:offset of each record")
 	return cmd
 }
 
@@ -340,24 +343,9 @@ or earliest (everything the topic holds).
   magnetar consume my-topic -s cli --format json | jq .payload`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if kafka {
-				return runtimeError(errKafkaNotServed)
-			}
-			serviceURL, err := check(a.vals, clientSettings[0], parseServiceURL)
-			if err != nil {
-				return err
-			}
+			var err error
 			if opts.Topic, err = parsePerfTopic(args[0]); err != nil {
 				return err
-			}
-			if _, err := parseSubscriptionName(opts.Subscription); err != nil {
-				return fmt.Errorf("invalid --subscription %q: %w", opts.Subscription, err)
-			}
-			if opts.Type, err = parseChoice(subscriptionTypes)(opts.Type); err != nil {
-				return fmt.Errorf("invalid --subscription-type: %w", err)
-			}
-			if opts.Position, err = parseChoice(subscriptionPositions)(opts.Position); err != nil {
-				return fmt.Errorf("invalid --subscription-position: %w", err)
 			}
 			if opts.Count < 0 {
 				return fmt.Errorf("invalid --num-messages %d: want 0 (until interrupted) or more", opts.Count)
@@ -368,18 +356,44 @@ or earliest (everything the topic holds).
 			default:
 				return fmt.Errorf("invalid --format %q: want text or json", format)
 			}
+			if opts.Position, err = parseChoice(subscriptionPositions)(opts.Position); err != nil {
+				return fmt.Errorf("invalid --subscription-position: %w", err)
+			}
+			if kafka {
+				if opts.Subscription != "" {
+					return errors.New("--subscription with --kafka: Kafka consumer groups are not served yet; leave it out to read the partitions directly")
+				}
+				addr, err := check(a.vals, clientSettings[1], parseHostPort)
+				if err != nil {
+					return err
+				}
+				opts.Topic = args[0]
+				return runtimeError(a.consumeKafka(addr, opts))
+			}
+			if opts.Subscription == "" {
+				return errors.New(`required flag(s) "subscription" not set`)
+			}
+			serviceURL, err := check(a.vals, clientSettings[0], parseServiceURL)
+			if err != nil {
+				return err
+			}
+			if _, err := parseSubscriptionName(opts.Subscription); err != nil {
+				return fmt.Errorf("invalid --subscription %q: %w", opts.Subscription, err)
+			}
+			if opts.Type, err = parseChoice(subscriptionTypes)(opts.Type); err != nil {
+				return fmt.Errorf("invalid --subscription-type: %w", err)
+			}
 			return runtimeError(a.consume(serviceURL, opts))
 		},
 	}
 	a.addSettings(cmd, clientSettings)
 	f := cmd.Flags()
-	f.StringVarP(&opts.Subscription, "subscription", "s", "", "subscription name (required)")
-	_ = cmd.MarkFlagRequired("subscription")
+	f.StringVarP(&opts.Subscription, "subscription", "s", "", "subscription name (required, except with --kafka)")
 	f.StringVarP(&opts.Type, "subscription-type", "t", "exclusive", "exclusive, shared, failover or key_shared")
 	f.StringVarP(&opts.Position, "subscription-position", "p", "latest", "where a new subscription starts: latest or earliest")
 	f.IntVarP(&opts.Count, "num-messages", "n", 1, "messages to receive; 0: until interrupted")
 	f.StringVar(&format, "format", "text", "output: text or json (one object a line)")
-	f.BoolVar(&kafka, "kafka", false, "use the Kafka protocol (not served yet)")
+	f.BoolVar(&kafka, "kafka", false, "use the Kafka protocol (franz-go, against --kafka-bootstrap): reads every partition from -p directly (no consumer group, nothing committed); ids are partition:offset")
 	return cmd
 }
 

@@ -90,13 +90,29 @@ func TestClientUsageErrors(t *testing.T) {
 	}
 }
 
-// TestClientKafka: --kafka is accepted and refused with a clear error.
-func TestClientKafka(t *testing.T) {
-	for _, args := range [][]string{{"produce", "t", "-m", "x", "--kafka"}, {"consume", "t", "-s", "s", "--kafka"}} {
+// TestClientKafkaErrors: --kafka's usage errors exit 2; an unreachable
+// Kafka listener fails at once with exit 1.
+func TestClientKafkaErrors(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"consume", "t", "-s", "s", "--kafka"}, exitUsage, "--subscription with --kafka: Kafka consumer groups are not served yet"},
+		{[]string{"produce", "t", "-m", "x", "--kafka", "--kafka-bootstrap", "localhost"}, exitUsage, `invalid kafka-bootstrap "localhost"`},
+		{[]string{"produce", "t", "-m", "x", "--kafka", "--kafka-bootstrap", addr}, exitRuntime, "cannot reach the broker's Kafka listener at " + addr},
+		{[]string{"consume", "t", "--kafka", "--kafka-bootstrap", addr}, exitRuntime, "cannot reach the broker's Kafka listener at " + addr},
+	} {
 		clearEnv(t)
-		r := run(t, args...)
-		if r.code != exitRuntime || !strings.Contains(r.stderr, "the Kafka protocol is not served yet") {
-			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		r := run(t, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, r.code, r.stderr, tc.code, tc.want)
 		}
 	}
 }
@@ -261,6 +277,29 @@ func TestCLIEndToEnd(t *testing.T) {
 	out, _, code = runBinary(t, "", append([]string{"admin", "topics", "stats", "persistent://public/default/" + topic}, admin...)...)
 	if code != 0 || !strings.Contains(out, "msgInCounter ") {
 		t.Errorf("admin topics stats (text): exit %d\n%s", code, out)
+	}
+
+	// The Kafka protocol on the same topic: what Pulsar wrote, Kafka reads
+	// (offsets 0..4), and what Kafka writes continues the offsets.
+	kafka := []string{"--kafka", "--kafka-bootstrap", ready.KafkaAdvertised}
+	out, errOut, code = runBinary(t, "", append([]string{"produce", topic, "-m", "sixth", "-k", "key-6", "-p", "h=v"}, kafka...)...)
+	if code != 0 || strings.TrimSpace(out) != "0:5" {
+		t.Fatalf("produce --kafka: exit %d, stdout %q (want 0:5), stderr %q", code, out, errOut)
+	}
+	out, errOut, code = runBinary(t, "", append([]string{"consume", topic, "-n", "6", "-p", "earliest", "--format", "json"}, kafka...)...)
+	if code != 0 {
+		t.Fatalf("consume --kafka: exit %d\nstderr:\n%s", code, errOut)
+	}
+	got = nil
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m messageJSON
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m.Payload == nil {
+			t.Fatalf("consume --kafka line %q: %v", line, err)
+		}
+		got = append(got, m.ID+"="+*m.Payload)
+	}
+	if want := "0:0=first,0:1=second,0:2=third,0:3=fourth,0:4=fifth,0:5=sixth"; strings.Join(got, ",") != want {
+		t.Errorf("consume --kafka: %v, want %s", got, want)
 	}
 
 	// A refusal from the server: exit 1 with its reason and status.

@@ -46,7 +46,7 @@ var standaloneSettings = append(append(standaloneOwnSettings, brokerSettings...)
 var standaloneOwnSettings = []setting{
 	{"data-dir", "./data", "dir", "directory for all data; created if missing, must be writable"},
 	{"pulsar-listen", "0.0.0.0:6650", "host:port", "Pulsar protocol listen address"},
-	{"kafka-listen", "0.0.0.0:9092", "host:port", "Kafka protocol listen address; checked, but the Kafka protocol is not served yet"},
+	{"kafka-listen", "0.0.0.0:9092", "host:port", "Kafka protocol listen address"},
 	{"http-listen", "0.0.0.0:8080", "host:port", "HTTP listen address: /status, /metrics"},
 	{"advertised-host", "", "host", "host that Pulsar lookups and Kafka Metadata tell clients to connect to (default: the host of each listen address, or this machine's hostname when it is 0.0.0.0 or ::)"},
 	{"metadata-store", "local:", "url", "metadata store: local: (embedded, in <data-dir>/meta), local:DIR, or zk:HOST:PORT[,HOST:PORT...][/CHROOT] for ZooKeeper"},
@@ -55,7 +55,7 @@ var standaloneOwnSettings = []setting{
 }
 
 // allSettings lists the settings of every command.
-var allSettings = [][]setting{globalSettings, standaloneSettings, bookieSettings, perfBookieSettings, perfProduceSettings, perfConsumeSettings, adminSettings, clientSettings}
+var allSettings = [][]setting{globalSettings, standaloneSettings, bookieSettings, perfBookieSettings, perfProduceSettings, perfConsumeSettings, perfKafkaSettings, adminSettings, clientSettings}
 
 // fileKeys are the keys a config file may hold: every command's settings
 // except --config itself. One file can serve several commands, so a key

@@ -58,7 +58,7 @@ func resolveNode(sv *settingValues, list []setting) (nodeConfig, error) {
 type standaloneConfig struct {
 	nodeConfig
 	PulsarListen  string // host:port
-	KafkaListen   string // host:port; checked, not served yet
+	KafkaListen   string // host:port
 	HTTPListen    string // host:port
 	BookieListen  string
 	BookieStorage storage.Options
@@ -79,7 +79,8 @@ func newStandaloneCommand(a *app) *cobra.Command {
 Serves HTTP on --http-listen: GET /status (200 while serving) and
 GET /metrics (Prometheus), and the Pulsar binary protocol on --pulsar-listen
 (topics in persistent://tenant/namespace/topic; public/default is always
-there). The Kafka listen address is checked but Kafka is not served yet.
+there), and the Kafka protocol on --kafka-listen (a Kafka topic "foo" is
+persistent://public/default/foo; see --kafka-namespace).
 
 Stops on SIGTERM or SIGINT: stops accepting, finishes requests in flight,
 closes the metadata store and exits 0 within 10 seconds. A second signal
@@ -242,7 +243,18 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 	webServiceURL := "http://" + advertisedAddr(httpHost, httpLn.Addr().String())
 	cfg.Broker.ServiceURL = webServiceURL
 	reg := newMetricsRegistry(currentBuild())
-	s.broker, err = startBroker(cfg.Broker, "standalone", s.store, pulsarLn, s.pulsarAdvertised, reg, log)
+	kafkaLn, err := listen("kafka", cfg.KafkaListen)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			kafkaLn.Close()
+		}
+	}()
+	s.kafkaAdvertised = advertisedAddr(kafkaHost, kafkaLn.Addr().String())
+	s.broker, err = startBroker(cfg.Broker, "standalone", s.store, brokerListeners{pulsar: pulsarLn, kafka: kafkaLn,
+		pulsarAdvertised: s.pulsarAdvertised, kafkaAdvertised: s.kafkaAdvertised}, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -278,9 +290,8 @@ const standaloneCluster = "standalone"
 // and what it advertises.
 func (s *runningStandalone) logReady() {
 	s.log.Info("magnetar standalone ready",
-		"serving", "pulsar,http,bookie",
+		"serving", "pulsar,kafka,http,bookie",
 		"bookie", s.bookie.ID(),
-		"not-serving-yet", "kafka",
 		"http", boundAddr(s.cfg.HTTPListen, s.http.Addr()),
 		"pulsar-advertised", s.pulsarAdvertised,
 		"kafka-advertised", s.kafkaAdvertised,

@@ -523,13 +523,18 @@ func messageErr(err error) error {
 	return err
 }
 
+// maxPeekSize bounds the decompressed size of a Kafka batch shown by a
+// peek.
+const maxPeekSize = 64 << 20
+
 // writeEntry answers a stored message as Pulsar does (see the file
 // comment).
 func writeEntry(w http.ResponseWriter, e ledger.Entry) error {
-	if e.Header.Format != ledger.FormatPulsar {
-		return errStatus(http.StatusNotImplemented, "entry %v is in %v format: only Pulsar-format entries can be shown", e.Position, e.Header.Format)
+	stored, err := broker.PulsarPayload(e, maxPeekSize) // a Kafka batch shows as a Pulsar batch
+	if err != nil {
+		return fmt.Errorf("entry %v: %w", e.Position, err)
 	}
-	md, payload, err := broker.ParseEntry(e.Payload)
+	md, payload, err := broker.ParseEntry(stored)
 	if err != nil {
 		return fmt.Errorf("entry %v: %w", e.Position, err)
 	}

@@ -666,6 +666,10 @@ type consumerSink struct {
 	cs *consumer
 }
 
+// maxConvertedSize bounds the decompressed records of a Kafka batch
+// converted for a Pulsar consumer.
+const maxConvertedSize = 64 << 20
+
 func (s *consumerSink) Send(ds []broker.Delivery) {
 	c := s.c
 	c.mu.Lock()
@@ -696,7 +700,12 @@ func (s *consumerSink) Send(ds []broker.Delivery) {
 					return dst, err
 				}
 			}
-			dst, err = frame.AppendMessage(dst, &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: msg}, meta, e.Payload)
+			payload, perr := broker.PulsarPayload(e, maxConvertedSize) // Kafka batches are converted
+			if perr != nil {
+				c.log.Error("pulsar: stored entry cannot be sent to a consumer; skipped", "entry", e.Position.String(), "err", perr)
+				continue
+			}
+			dst, err = frame.AppendMessage(dst, &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: msg}, meta, payload)
 			if err != nil {
 				return dst, err
 			}

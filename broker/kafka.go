@@ -1,0 +1,215 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/magnetar-io/magnetar/ledger"
+	"github.com/magnetar-io/magnetar/meta"
+)
+
+// What the Kafka protocol needs of the broker: Kafka topic names, Kafka
+// partitions as topics, producer ids, and appends of record batches with
+// Kafka's idempotent-producer checks (kafkaproducers.go). The record batch
+// format and the conversions live in kafkabatch.go and convert.go.
+//
+// A Kafka topic with N partitions is a partitioned topic with N
+// partitions; a non-partitioned topic is a Kafka topic with one
+// partition (partition 0 is the topic itself).
+
+// ErrInvalidKafkaTopic reports a Kafka topic name that names no topic
+// (Kafka's INVALID_TOPIC_EXCEPTION).
+var ErrInvalidKafkaTopic = errors.New("invalid Kafka topic name")
+
+// KafkaTopicName maps a Kafka topic name to a topic: "foo" is foo in the
+// Kafka tenant and namespace (Config.KafkaTenant/KafkaNamespace),
+// "tenant/ns/foo" and "persistent://tenant/ns/foo" name any topic. A name
+// of a partition ("foo-partition-1") is refused: Kafka addresses
+// partitions by number.
+func (b *Broker) KafkaTopicName(name string) (TopicName, error) {
+	if name == "" {
+		return TopicName{}, fmt.Errorf("%w: empty name", ErrInvalidKafkaTopic)
+	}
+	full := name
+	if !strings.Contains(name, "://") {
+		switch strings.Count(name, "/") {
+		case 0:
+			full = b.cfg.KafkaTenant + "/" + b.cfg.KafkaNamespace + "/" + name
+		case 2:
+		default:
+			return TopicName{}, fmt.Errorf("%w %q: want topic, tenant/namespace/topic or persistent://tenant/namespace/topic", ErrInvalidKafkaTopic, name)
+		}
+	}
+	t, err := ParseTopicName(full)
+	if err != nil {
+		return TopicName{}, fmt.Errorf("%w: %w", ErrInvalidKafkaTopic, err)
+	}
+	if t.IsPartition() {
+		return TopicName{}, fmt.Errorf("%w %q: names a partition; Kafka clients use the topic name and a partition number", ErrInvalidKafkaTopic, name)
+	}
+	return t, nil
+}
+
+// KafkaName is the name Kafka clients see for t: the bare name in the
+// Kafka namespace, tenant/namespace/topic elsewhere.
+func (b *Broker) KafkaName(t TopicName) string {
+	if t.Tenant == b.cfg.KafkaTenant && t.Namespace == b.cfg.KafkaNamespace {
+		return t.Local
+	}
+	return t.Tenant + "/" + t.Namespace + "/" + t.Local
+}
+
+// KafkaNamespace is the tenant and namespace of bare Kafka names.
+func (b *Broker) KafkaNamespace() (tenant, namespace string) {
+	return b.cfg.KafkaTenant, b.cfg.KafkaNamespace
+}
+
+// KafkaPartitions returns how many Kafka partitions t has: its partition
+// count if partitioned, 1 if it is a non-partitioned topic. A topic that
+// does not exist is created if create is true and its namespace's
+// auto-creation allows (partitioned or not, as configured); otherwise
+// ErrTopicNotFound.
+func (b *Broker) KafkaPartitions(ctx context.Context, t TopicName, create bool) (int, error) {
+	var n int
+	var err error
+	if create {
+		n, err = b.Partitions(ctx, t) // creates a partitioned topic if so configured
+	} else {
+		n, err = b.storedPartitions(ctx, t)
+	}
+	if err != nil || n > 0 {
+		return n, err
+	}
+	exists, err := b.topicExists(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	if exists {
+		return 1, nil
+	}
+	if !create {
+		return 0, fmt.Errorf("%w: %s", ErrTopicNotFound, t)
+	}
+	if _, err := b.Topic(ctx, t, true); err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// KafkaPartition returns the loaded topic serving Kafka partition p of t
+// (which must exist): partition p of a partitioned topic, or t itself for
+// p = 0 of a non-partitioned one. ErrTopicNotFound if there is no such
+// partition (Kafka's UNKNOWN_TOPIC_OR_PARTITION).
+func (b *Broker) KafkaPartition(ctx context.Context, t TopicName, p int32) (*Topic, error) {
+	n, err := b.storedPartitions(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case n > 0 && p >= 0 && int(p) < n:
+		return b.Topic(ctx, t.PartitionName(int(p)), true)
+	case n == 0 && p == 0:
+		return b.Topic(ctx, t, false)
+	}
+	return nil, fmt.Errorf("%w: %s has no partition %d", ErrTopicNotFound, t, p)
+}
+
+// DefaultPartitions is the partition count of topics created without
+// one (auto-topic-partitions).
+func (b *Broker) DefaultPartitions() int { return b.cfg.AutoTopicPartitions }
+
+// KafkaPartitionOf is the Kafka partition number of a loaded topic.
+func (t *Topic) KafkaPartitionOf() int32 {
+	if t.name.IsPartition() {
+		return int32(t.name.Partition)
+	}
+	return 0
+}
+
+// kafkaProducerIDs hands out Kafka producer ids, unique in the cluster
+// (the counter is in meta).
+type kafkaProducerIDs struct {
+	once sync.Once
+	gen  *meta.IDGenerator
+	err  error
+}
+
+// NextKafkaProducerID returns a new producer id (InitProducerId).
+func (b *Broker) NextKafkaProducerID(ctx context.Context) (int64, error) {
+	p := &b.kafkaIDs
+	p.once.Do(func() { p.gen, p.err = meta.NewIDGenerator(b.cfg.Meta, meta.KafkaProducerIDPath, 100) })
+	if p.err != nil {
+		return 0, p.err
+	}
+	return p.gen.Next(ctx)
+}
+
+// KafkaAppend is one record batch to append, as validated by
+// SplitRecordBatches.
+type KafkaAppend struct {
+	Batch         []byte // record batch v2; the caller's again when done is called
+	Records       int32
+	ProducerID    int64 // -1: not an idempotent producer
+	ProducerEpoch int16
+	BaseSequence  int32
+}
+
+// AppendKafka stores a record batch as one entry, applying Kafka's
+// idempotent-producer rules when it carries a producer id: a batch
+// already stored (a retry) is answered with its original offset and not
+// stored again; a sequence gap is ErrOutOfOrderSequence; an old epoch is
+// ErrProducerFenced. done is called once, with the offset of the batch's
+// first record, in AppendKafka order per topic, on an internal goroutine;
+// it must not block.
+func (t *Topic) AppendKafka(ctx context.Context, a KafkaAppend, done func(offset int64, err error)) {
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		done(-1, fmt.Errorf("%w: %s", ErrTopicClosed, t.name))
+		return
+	}
+	if t.ml.Terminated() {
+		done(-1, fmt.Errorf("%w: %s", ErrTopicTerminated, t.name))
+		return
+	}
+	if blocked := t.kafkaBlocked.Load(); blocked != nil {
+		done(-1, *blocked)
+		return
+	}
+	size := int64(len(a.Batch))
+	stored := func(pos ledger.Position, offset int64, err error) {
+		if errors.Is(err, ledger.ErrTerminated) {
+			err = fmt.Errorf("%w: %s: %w", ErrTopicTerminated, t.name, err)
+		}
+		if err != nil {
+			done(-1, err)
+			return
+		}
+		t.in.add(t.b.cfg.Clock, int64(a.Records), size)
+		t.entriesAdded.Add(1)
+		done(offset, nil)
+	}
+	if a.ProducerID < 0 {
+		t.ml.Append(a.Batch, ledger.FormatKafka, a.Records, stored)
+		return
+	}
+	t.kafkaMu.Lock()
+	if t.kafka == nil {
+		kp, err := openKafkaProducers(ctx, t, true)
+		if err != nil {
+			t.kafkaMu.Unlock()
+			done(-1, err)
+			return
+		}
+		t.kafka = kp
+	}
+	wait := t.kafka.appendLocked(a, stored)
+	t.kafkaMu.Unlock()
+	if wait != nil {
+		go wait()
+	}
+}

@@ -1,0 +1,214 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/ledger"
+)
+
+// Fetch: v4–v12.
+//
+// Each partition is read from the entry holding the fetch offset on,
+// until its PartitionMaxBytes or the request's MaxBytes is reached (the
+// first batch of the response is always whole, as in Kafka, so a large
+// batch cannot stall a consumer). A Kafka entry is served as stored with
+// only its base offset rewritten; a Pulsar entry is converted to one record
+// batch. A batch may start before the fetch offset (clients skip the
+// records they did not ask for). When fewer than MinBytes are ready, the
+// request waits up to MaxWaitMillis, woken by new entries on any of its
+// partitions, not by polling. Fetch sessions (v7+) are declined (session
+// id 0): every request is a full fetch. Without transactions, both
+// isolation levels read the same and the last stable offset is the high
+// watermark.
+
+const errFetchSessionIDNotFound int16 = 70
+
+type fetchPart struct {
+	name  string
+	t     *broker.Topic
+	req   *kmsg.FetchRequestTopicPartition
+	resp  *kmsg.FetchResponseTopicPartition
+	after ledger.Position // last confirmed when read: wait for entries after it
+	fixed bool            // answered with an error: not read again
+}
+
+func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
+	req := kreq.(*kmsg.FetchRequest)
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	if req.SessionID != 0 {
+		resp.ErrorCode = errFetchSessionIDNotFound
+		sl.finish(resp)
+		return
+	}
+	wait := time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond
+	ctx, cancel := context.WithTimeout(c.ctx, wait+requestTimeout)
+	var parts []*fetchPart
+	resp.Topics = make([]kmsg.FetchResponseTopic, len(req.Topics))
+	for i := range req.Topics {
+		rt := &req.Topics[i]
+		t := &resp.Topics[i]
+		*t = kmsg.NewFetchResponseTopic()
+		t.Topic = rt.Topic
+		t.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
+		name, nameErr := c.s.b.KafkaTopicName(rt.Topic)
+		for j := range rt.Partitions {
+			rp := &rt.Partitions[j]
+			p := &t.Partitions[j]
+			*p = kmsg.NewFetchResponseTopicPartition()
+			p.Partition = rp.Partition
+			fp := &fetchPart{name: rt.Topic, req: rp, resp: p}
+			parts = append(parts, fp)
+			if nameErr != nil {
+				p.ErrorCode, fp.fixed = errCode(nameErr), true
+				continue
+			}
+			tp, err := c.s.b.KafkaPartition(ctx, name, rp.Partition)
+			if err != nil {
+				p.ErrorCode, fp.fixed = errCode(err), true
+				continue
+			}
+			fp.t = tp
+		}
+	}
+	go func() {
+		defer cancel()
+		c.s.fetch(ctx, c, req, parts, c.s.cfg.Clock().Add(wait))
+		sl.finish(resp)
+	}()
+}
+
+// fetch reads the partitions until MinBytes are ready, an error is to be
+// reported, or the deadline passes.
+func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, parts []*fetchPart, deadline time.Time) {
+	maxBytes := int(req.MaxBytes)
+	if maxBytes <= 0 {
+		maxBytes = s.cfg.MaxRequestSize
+	}
+	for {
+		total, errs := 0, false
+		for _, fp := range parts {
+			if fp.fixed {
+				errs = errs || fp.resp.ErrorCode != 0
+				continue
+			}
+			n, err := s.readPartition(ctx, fp, maxBytes-total, total == 0)
+			total += n
+			if err != nil {
+				fp.resp.ErrorCode, fp.fixed = errCode(err), true
+				fp.resp.RecordBatches = nil
+				if fp.resp.ErrorCode == errUnknownServer {
+					c.log.Warn("Fetch failed", "topic", fp.name, "partition", fp.req.Partition, "err", err)
+				}
+				errs = true
+			}
+		}
+		left := deadline.Sub(s.cfg.Clock())
+		if total >= int(req.MinBytes) || total > 0 && errs || left <= 0 || ctx.Err() != nil {
+			return
+		}
+		if errs && total == 0 && allFixed(parts) {
+			return
+		}
+		s.waitNew(ctx, parts, left)
+	}
+}
+
+func allFixed(parts []*fetchPart) bool {
+	for _, fp := range parts {
+		if !fp.fixed {
+			return false
+		}
+	}
+	return true
+}
+
+// waitNew waits until a partition has an entry after the one it last saw,
+// or d passes.
+func (s *Server) waitNew(ctx context.Context, parts []*fetchPart, d time.Duration) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	woke := make(chan struct{}, 1)
+	for _, fp := range parts {
+		if fp.fixed {
+			continue
+		}
+		go func(ml *ledger.ManagedLedger, after ledger.Position) {
+			if ml.WaitNewEntries(wctx, after) == nil || wctx.Err() == nil {
+				select {
+				case woke <- struct{}{}:
+				default:
+				}
+			}
+		}(fp.t.ManagedLedger(), fp.after)
+	}
+	select {
+	case <-woke:
+	case <-wctx.Done():
+	}
+}
+
+// readPartition fills fp.resp with the record batches from the fetch
+// offset on, within budget bytes (but at least one batch if first), and
+// returns how many bytes it put there.
+func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, first bool) (int, error) {
+	ml := fp.t.ManagedLedger()
+	fp.after = ml.LastConfirmed()
+	hw := ml.NextOffset()
+	start := ml.FirstOffset()
+	p := fp.resp
+	p.HighWatermark, p.LastStableOffset, p.LogStartOffset = hw, hw, start
+	p.RecordBatches = p.RecordBatches[:0]
+	off := fp.req.FetchOffset
+	if off < start || off > hw {
+		return 0, fmt.Errorf("%w: offset %d, the partition holds %d..%d", ledger.ErrOffsetOutOfRange, off, start, hw)
+	}
+	budget = min(budget, int(fp.req.PartitionMaxBytes))
+	buf := p.RecordBatches
+	for off < hw && len(buf) < budget {
+		es, err := ml.ReadOffset(ctx, off, 32)
+		if err != nil {
+			if len(buf) > 0 {
+				break // serve what was read; the error comes back next time
+			}
+			return 0, err
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			before := len(buf)
+			switch e.Header.Format {
+			case ledger.FormatKafka:
+				buf = broker.AppendWithBaseOffset(buf, e.Payload, e.Header.FirstOffset)
+			default:
+				var cerr error
+				buf, _, cerr = broker.AppendPulsarAsKafka(buf, e.Payload, e.Header.FirstOffset, e.Header.PublishTime, s.cfg.MaxRequestSize)
+				if cerr != nil {
+					// Encrypted, chunked or marker messages have no Kafka
+					// form: skipped, leaving a gap in the offsets (which
+					// clients allow, as on compacted topics).
+					s.log.Warn("Fetch: a Pulsar entry cannot be served to Kafka clients; skipped",
+						"topic", fp.name, "partition", fp.req.Partition, "entry", e.Position.String(),
+						"offsets", fmt.Sprintf("%d..%d", e.Header.FirstOffset, e.Header.NextOffset()-1), "err", cerr)
+					buf = buf[:before]
+				}
+			}
+			if len(buf) > budget && !(first && before == 0) {
+				buf = buf[:before]
+				off = hw // stop
+				break
+			}
+			off = e.Header.NextOffset()
+			if len(buf) >= budget {
+				break
+			}
+		}
+	}
+	p.RecordBatches = buf
+	return len(buf), nil
+}

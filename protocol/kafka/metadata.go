@@ -1,0 +1,138 @@
+package kafka
+
+import (
+	"context"
+	"crypto/sha256"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/magnetar-io/magnetar/broker"
+)
+
+// Metadata: v0–v13. DescribeCluster: v0–v1.
+//
+// Every partition is led by this broker (standalone; ownership comes with
+// the cluster), with itself as the only replica and in-sync replica —
+// replication happens below, in the bookies. Asking for all topics lists
+// the topics of the Kafka namespace (Config.KafkaTenant/KafkaNamespace);
+// topics elsewhere are reachable by their tenant/namespace/topic names.
+// A topic that does not exist is created when the client allows it (v4+:
+// AllowAutoTopicCreation; before: always) and the namespace's
+// auto-creation policy does; otherwise UNKNOWN_TOPIC_OR_PARTITION. Topic
+// ids are derived from the full topic name (stable, never zero).
+
+func handleMetadata(c *conn, sl *slot, kreq kmsg.Request) {
+	req := kreq.(*kmsg.MetadataRequest)
+	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+	resp.Brokers = []kmsg.MetadataResponseBroker{c.s.brokerEntry()}
+	resp.ClusterID = &c.s.cfg.ClusterID
+	resp.ControllerID = c.s.cfg.NodeID
+	ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
+	defer cancel()
+
+	var names []string
+	if req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0) {
+		all, err := c.s.kafkaTopics(ctx)
+		if err != nil {
+			c.log.Warn("Metadata: listing topics failed", "err", err)
+		}
+		names = all
+	} else {
+		for _, t := range req.Topics {
+			if t.Topic == nil {
+				mt := kmsg.NewMetadataResponseTopic()
+				mt.ErrorCode = errInvalidRequest
+				mt.TopicID = t.TopicID
+				resp.Topics = append(resp.Topics, mt) // lookups by topic id are not served
+				continue
+			}
+			names = append(names, *t.Topic)
+		}
+	}
+	create := req.Version < 4 || req.AllowAutoTopicCreation
+	for _, name := range names {
+		resp.Topics = append(resp.Topics, c.s.topicMetadata(ctx, name, create))
+	}
+	sl.finish(resp)
+}
+
+func (s *Server) brokerEntry() kmsg.MetadataResponseBroker {
+	b := kmsg.NewMetadataResponseBroker()
+	b.NodeID, b.Host, b.Port = s.cfg.NodeID, s.cfg.AdvertisedHost, s.cfg.AdvertisedPort
+	return b
+}
+
+func (s *Server) topicMetadata(ctx context.Context, name string, create bool) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	mt.Topic = &name
+	t, err := s.b.KafkaTopicName(name)
+	if err != nil {
+		mt.ErrorCode = errCode(err)
+		return mt
+	}
+	mt.TopicID = topicID(t)
+	n, err := s.b.KafkaPartitions(ctx, t, create)
+	if err != nil {
+		mt.ErrorCode = errCode(err)
+		if mt.ErrorCode == errUnknownServer {
+			s.log.Warn("Metadata failed", "topic", name, "err", err)
+		}
+		return mt
+	}
+	for i := range n {
+		p := kmsg.NewMetadataResponseTopicPartition()
+		p.Partition = int32(i)
+		p.Leader = s.cfg.NodeID
+		p.LeaderEpoch = 0
+		p.Replicas = []int32{s.cfg.NodeID}
+		p.ISR = []int32{s.cfg.NodeID}
+		mt.Partitions = append(mt.Partitions, p)
+	}
+	return mt
+}
+
+// kafkaTopics lists the Kafka namespace's topics by their Kafka names.
+func (s *Server) kafkaTopics(ctx context.Context) ([]string, error) {
+	tenant, ns := s.b.KafkaNamespace()
+	parted, err := s.b.PartitionedTopicsOfNamespace(ctx, tenant, ns)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.b.TopicsOfNamespace(ctx, tenant, ns)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, full := range append(parted, all...) {
+		t, err := broker.ParseTopicName(full)
+		if err != nil || t.IsPartition() {
+			continue
+		}
+		names = append(names, s.b.KafkaName(t))
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// topicID derives a topic's Kafka id from its full name.
+func topicID(t broker.TopicName) [16]byte {
+	sum := sha256.Sum256([]byte(t.String()))
+	var id [16]byte
+	copy(id[:], sum[:16])
+	if id == ([16]byte{}) {
+		id[15] = 1
+	}
+	return id
+}
+
+func handleDescribeCluster(c *conn, sl *slot, kreq kmsg.Request) {
+	req := kreq.(*kmsg.DescribeClusterRequest)
+	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)
+	resp.ClusterID = c.s.cfg.ClusterID
+	resp.ControllerID = c.s.cfg.NodeID
+	b := kmsg.NewDescribeClusterResponseBroker()
+	b.NodeID, b.Host, b.Port = c.s.cfg.NodeID, c.s.cfg.AdvertisedHost, c.s.cfg.AdvertisedPort
+	resp.Brokers = []kmsg.DescribeClusterResponseBroker{b}
+	sl.finish(resp)
+}

@@ -1,0 +1,156 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/magnetar-io/magnetar/broker"
+)
+
+// Produce: v0–v12.
+//
+// Each record batch (v2, v3+) is validated — lengths, magic, CRC-32C — and
+// stored as one entry, byte for byte as sent, compression included. A
+// v0–v2 request's message set (magic 0/1) is converted to one record
+// batch first. acks 1 and all both answer once the entry is stored on the
+// ack quorum of bookies (there is no weaker write); acks 0 gets no
+// response. Batches of idempotent producers are checked against the
+// partition's producer state (broker/kafkaproducers.go): retries get their
+// original offset, gaps OUT_OF_ORDER_SEQUENCE_NUMBER. Transactional
+// batches are refused until transactions exist. Errors are per partition;
+// a malformed batch stores nothing of its partition's records.
+
+func handleProduce(c *conn, sl *slot, kreq kmsg.Request) {
+	req := kreq.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	if req.Acks != 0 && req.Acks != 1 && req.Acks != -1 {
+		for _, rt := range req.Topics {
+			t := kmsg.NewProduceResponseTopic()
+			t.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewProduceResponseTopicPartition()
+				p.Partition, p.ErrorCode = rp.Partition, errInvalidRequiredAcks
+				t.Partitions = append(t.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+		sl.finish(resp)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
+	var wg sync.WaitGroup
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
+	for i, rt := range req.Topics {
+		t := &resp.Topics[i]
+		*t = kmsg.NewProduceResponseTopic()
+		t.Topic = rt.Topic
+		t.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		for j, rp := range rt.Partitions {
+			p := &t.Partitions[j]
+			*p = kmsg.NewProduceResponseTopicPartition()
+			p.Partition = rp.Partition
+			if req.TransactionID != nil {
+				p.ErrorCode = errTransactionalIDAuth
+				p.ErrorMessage = strPtr("transactions are not supported yet")
+				continue
+			}
+			c.s.produce(ctx, c, req.Version, rt.Topic, rp, p, &wg)
+		}
+	}
+	go func() {
+		wg.Wait()
+		cancel()
+		if req.Acks == 0 {
+			sl.finish(nil)
+			return
+		}
+		sl.finish(resp)
+	}()
+}
+
+func strPtr(s string) *string { return &s }
+
+// produce appends one partition's records and fills p when done (wg).
+func (s *Server) produce(ctx context.Context, c *conn, version int16, topic string, rp kmsg.ProduceRequestTopicPartition,
+	p *kmsg.ProduceResponseTopicPartition, wg *sync.WaitGroup) {
+	fail := func(code int16, err error) {
+		p.ErrorCode = code
+		p.ErrorMessage = errMessage(err)
+		if code == errUnknownServer || code == errCorruptMessage {
+			c.log.Warn("Produce refused", "topic", topic, "partition", rp.Partition, "err", err)
+		}
+	}
+	name, err := s.b.KafkaTopicName(topic)
+	if err != nil {
+		fail(errCode(err), err)
+		return
+	}
+	var batches []broker.KafkaAppend
+	if version < 3 || broker.RecordsMagic(rp.Records) < 2 {
+		b, n, err := broker.MessageSetToBatch(rp.Records, s.cfg.Clock().UnixMilli())
+		if err != nil {
+			fail(errCode(err), err)
+			return
+		}
+		batches = append(batches, broker.KafkaAppend{Batch: b, Records: n, ProducerID: -1})
+	} else {
+		raw, err := broker.SplitRecordBatches(rp.Records)
+		if err != nil {
+			fail(errCode(err), err)
+			return
+		}
+		for _, rb := range raw {
+			h := rb.Header
+			if h.Transactional() || h.Control() {
+				fail(errInvalidRecord, fmt.Errorf("transactional and control batches are not supported yet"))
+				return
+			}
+			batches = append(batches, broker.KafkaAppend{Batch: rb.Bytes, Records: h.NumRecords,
+				ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence})
+		}
+	}
+	if len(batches) == 0 {
+		fail(errCorruptMessage, fmt.Errorf("%w: no record batch", broker.ErrCorruptBatch))
+		return
+	}
+	t, err := s.b.KafkaPartition(ctx, name, rp.Partition)
+	if err != nil {
+		fail(errCode(err), err)
+		return
+	}
+	limit, what := s.cfg.MaxMessageSize, "max-message-size"
+	if own := t.MaxMessageBytes(); own > 0 && own < limit {
+		limit, what = own, "the topic's max.message.bytes"
+	}
+	for _, b := range batches {
+		if len(b.Batch) > limit {
+			fail(errMessageTooLarge, fmt.Errorf("record batch of %d bytes is larger than %s (%d)", len(b.Batch), what, limit))
+			return
+		}
+	}
+	p.LogAppendTime = -1
+	var mu sync.Mutex
+	first := true
+	for _, b := range batches {
+		wg.Add(1)
+		t.AppendKafka(ctx, b, func(offset int64, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if p.ErrorCode == 0 {
+					fail(errCode(err), err)
+				}
+				return
+			}
+			if first {
+				p.BaseOffset = offset
+				first = false
+			}
+			p.LogStartOffset = t.ManagedLedger().FirstOffset()
+		})
+	}
+}

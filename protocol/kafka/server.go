@@ -1,0 +1,431 @@
+// Package kafka serves the Kafka wire protocol on the broker's topics.
+//
+// Codecs come from github.com/twmb/franz-go/pkg/kmsg; the behaviour is
+// ours, one file per API area, each headed by the versions it serves and
+// how. A connection reads requests in a loop and answers them in request
+// order (clients pipeline): each request gets a slot in the connection's
+// response queue, filled when its handler finishes — at once for most
+// APIs, when the appends complete for Produce, when data or the wait's end
+// comes for Fetch.
+//
+// Framing (big-endian):
+//
+//	request:  size i32 | api_key i16 | api_version i16 | correlation_id i32 |
+//	          client_id nullable string (i16 length) | [tagged fields, if the
+//	          request is flexible (header v2)] | body
+//	response: size i32 | correlation_id i32 | [tagged fields, if flexible
+//	          (header v1) — never for ApiVersions] | body
+//
+// Malformed, truncated, oversized (Config.MaxRequestSize) or unknown
+// requests close the connection with a log line; nothing from them is
+// stored.
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/magnetar-io/magnetar/broker"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxRequestSize = 100 << 20 // Kafka's socket.request.max.bytes
+	DefaultMaxMessageSize = 5 << 20   // largest record batch, as for Pulsar messages
+	// maxInFlight bounds the requests of one connection read but not yet
+	// answered; the reader waits beyond it.
+	maxInFlight = 64
+)
+
+// Config configures a Server. It is validated once, by NewServer.
+type Config struct {
+	// Broker serves the topics. Required.
+	Broker *broker.Broker
+	// AdvertisedHost and AdvertisedPort are what Metadata tells clients
+	// to connect to. Required.
+	AdvertisedHost string
+	AdvertisedPort int32
+	// NodeID is this broker's Kafka node id (default 0).
+	NodeID int32
+	// ClusterID is reported in Metadata and DescribeCluster (default: the
+	// broker's cluster name).
+	ClusterID string
+	// MaxRequestSize: a request larger than this closes the connection
+	// (default DefaultMaxRequestSize).
+	MaxRequestSize int
+	// MaxMessageSize: a record batch larger than this is refused with
+	// MESSAGE_TOO_LARGE (default DefaultMaxMessageSize).
+	MaxMessageSize int
+	// Clock is the time of long-poll deadlines and timestamps (default
+	// time.Now).
+	Clock  func() time.Time
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Broker == nil:
+		return c, errors.New("kafka: Config.Broker is required")
+	case c.AdvertisedHost == "" || c.AdvertisedPort <= 0:
+		return c, errors.New("kafka: Config.AdvertisedHost and AdvertisedPort are required")
+	}
+	if c.ClusterID == "" {
+		c.ClusterID = c.Broker.ClusterName()
+	}
+	if c.MaxRequestSize == 0 {
+		c.MaxRequestSize = DefaultMaxRequestSize
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.MaxRequestSize < 1024 || c.MaxMessageSize < 1024 {
+		return c, fmt.Errorf("kafka: MaxRequestSize %d and MaxMessageSize %d must be at least 1024", c.MaxRequestSize, c.MaxMessageSize)
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Server serves the Kafka protocol.
+type Server struct {
+	cfg Config
+	b   *broker.Broker
+	log *slog.Logger
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	stopped   bool
+	wg        sync.WaitGroup
+}
+
+// NewServer returns a server; Serve starts it on a listener.
+func NewServer(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger,
+		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}, nil
+}
+
+// Serve accepts connections on ln until StopAccepting or Shutdown; it
+// returns nil then, or the accept error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	s.log.Info("serving the Kafka protocol", "addr", ln.Addr().String(),
+		"advertised", net.JoinHostPort(s.cfg.AdvertisedHost, fmt.Sprint(s.cfg.AdvertisedPort)))
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			stopped := s.stopped
+			s.mu.Unlock()
+			if stopped {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return err
+		}
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// StopAccepting closes the listeners; connections stay.
+func (s *Server) StopAccepting() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+}
+
+// Shutdown stops accepting, lets each connection answer the requests it
+// has read (within ctx), and closes it.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.StopAccepting()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.drain()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// conn is one client connection.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	log *slog.Logger
+
+	// ctx ends when the connection closes: long polls and appends waiting
+	// for it give up.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	queue    chan *slot    // responses in request order
+	draining chan struct{} // closed by drain: read no more requests
+	drainOne sync.Once
+}
+
+// slot is the response to one request. done closes when resp is set (or
+// nothing is to be sent: resp nil).
+type slot struct {
+	key, version int16
+	correlation  int32
+	done         chan struct{}
+	resp         kmsg.Response
+}
+
+func (sl *slot) finish(resp kmsg.Response) {
+	sl.resp = resp
+	close(sl.done)
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &conn{s: s, nc: nc, log: s.log.With("remote", nc.RemoteAddr().String()), ctx: ctx, cancel: cancel,
+		queue: make(chan *slot, maxInFlight), draining: make(chan struct{})}
+}
+
+func (c *conn) drain() {
+	c.drainOne.Do(func() {
+		close(c.draining)
+		// Unblock the reader; the writer finishes the queue.
+		c.nc.SetReadDeadline(time.Now())
+	})
+}
+
+func (c *conn) serve() {
+	c.log.Debug("Kafka connection opened")
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		c.writeLoop()
+	}()
+	err := c.readLoop()
+	close(c.queue)
+	<-written
+	c.cancel()
+	c.nc.Close()
+	switch {
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		c.log.Debug("Kafka connection closed")
+	default:
+		select {
+		case <-c.draining:
+			c.log.Debug("Kafka connection closed by shutdown")
+		default:
+			c.log.Warn("Kafka connection closed", "err", err)
+		}
+	}
+}
+
+// errBadRequest marks requests that close the connection.
+var errBadRequest = errors.New("bad request")
+
+func (c *conn) readLoop() error {
+	var sizeBuf [4]byte
+	for {
+		if _, err := io.ReadFull(c.nc, sizeBuf[:]); err != nil {
+			return err
+		}
+		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+		if size < 8 || int(size) > c.s.cfg.MaxRequestSize {
+			return fmt.Errorf("%w: request size %d, outside 8..%d (max-request-size)", errBadRequest, size, c.s.cfg.MaxRequestSize)
+		}
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(c.nc, buf); err != nil {
+			return fmt.Errorf("%w: truncated request (%d bytes announced): %w", errBadRequest, size, err)
+		}
+		sl, req, err := c.parse(buf)
+		if err != nil {
+			return err
+		}
+		select {
+		case c.queue <- sl:
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
+		if req == nil { // answered in parse (unsupported ApiVersions)
+			continue
+		}
+		c.handle(sl, req)
+	}
+}
+
+// parse decodes a request. A request for an ApiVersions version we do not
+// serve is answered (slot done, req nil) so the client retries with v0.
+func (c *conn) parse(buf []byte) (*slot, kmsg.Request, error) {
+	key := int16(binary.BigEndian.Uint16(buf))
+	version := int16(binary.BigEndian.Uint16(buf[2:]))
+	sl := &slot{key: key, version: version, correlation: int32(binary.BigEndian.Uint32(buf[4:])), done: make(chan struct{})}
+	body := buf[8:]
+	if len(body) < 2 {
+		return nil, nil, fmt.Errorf("%w: %s v%d: no client id", errBadRequest, kmsg.NameForKey(key), version)
+	}
+	if n := int16(binary.BigEndian.Uint16(body)); n > 0 {
+		if int(n) > len(body)-2 {
+			return nil, nil, fmt.Errorf("%w: %s v%d: client id of %d bytes past the end", errBadRequest, kmsg.NameForKey(key), version, n)
+		}
+		body = body[2+int(n):]
+	} else {
+		body = body[2:]
+	}
+	api, ok := apis[key]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: API key %d (%s) is not served", errBadRequest, key, kmsg.NameForKey(key))
+	}
+	if version < api.min || version > api.max {
+		if key == apiVersionsKey {
+			sl.version = 0
+			sl.finish(apiVersionsResponse(0, errUnsupportedVersion))
+			return sl, nil, nil
+		}
+		return nil, nil, fmt.Errorf("%w: %s v%d: versions %d..%d are served", errBadRequest, kmsg.NameForKey(key), version, api.min, api.max)
+	}
+	req := kmsg.RequestForKey(key)
+	req.SetVersion(version)
+	if req.IsFlexible() {
+		var err error
+		if body, err = skipTags(body); err != nil {
+			return nil, nil, fmt.Errorf("%w: %s v%d: header tags: %w", errBadRequest, kmsg.NameForKey(key), version, err)
+		}
+	}
+	if err := req.ReadFrom(body); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s v%d: %w", errBadRequest, kmsg.NameForKey(key), version, err)
+	}
+	return sl, req, nil
+}
+
+// skipTags skips a tagged-field section: uvarint count, then per field a
+// uvarint tag, uvarint size and the bytes.
+func skipTags(b []byte) ([]byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 {
+		return nil, errors.New("bad tag count")
+	}
+	b = b[k:]
+	for ; n > 0; n-- {
+		_, k := binary.Uvarint(b)
+		if k <= 0 {
+			return nil, errors.New("bad tag")
+		}
+		b = b[k:]
+		size, k := binary.Uvarint(b)
+		if k <= 0 || size > uint64(len(b)-k) {
+			return nil, errors.New("bad tag size")
+		}
+		b = b[k+int(size):]
+	}
+	return b, nil
+}
+
+func (c *conn) handle(sl *slot, req kmsg.Request) {
+	defer func() {
+		if r := recover(); r != nil {
+			// A bug in a handler must not take the broker down: answer
+			// nothing and close this connection.
+			c.log.Error("Kafka request handler panicked; closing the connection", "api", kmsg.NameForKey(sl.key), "version", sl.version, "panic", r)
+			c.nc.Close()
+			select {
+			case <-sl.done:
+			default:
+				sl.finish(nil)
+			}
+		}
+	}()
+	apis[sl.key].handle(c, sl, req)
+}
+
+func (c *conn) writeLoop() {
+	var buf []byte
+	broken := false
+	for sl := range c.queue {
+		select {
+		case <-sl.done:
+		case <-c.ctx.Done():
+			<-sl.done // handlers finish promptly once ctx ends
+		}
+		if sl.resp == nil || broken {
+			continue
+		}
+		sl.resp.SetVersion(sl.version)
+		buf = append(buf[:0], 0, 0, 0, 0)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(sl.correlation))
+		if sl.resp.IsFlexible() && sl.key != apiVersionsKey {
+			buf = append(buf, 0) // no header tags
+		}
+		buf = sl.resp.AppendTo(buf)
+		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+		if len(c.queue) == 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(time.Minute))
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			c.log.Debug("Kafka connection write failed", "err", err)
+			broken = true
+			c.cancel()
+			c.nc.Close()
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
+}
+
+// requestTimeout bounds the broker work of one request (topic loads,
+// metadata reads, appends).
+const requestTimeout = 30 * time.Second
