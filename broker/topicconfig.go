@@ -22,7 +22,8 @@ type TopicConfig struct {
 	RetentionMs    *int64 `json:"retention.ms,omitempty"`
 	RetentionBytes *int64 `json:"retention.bytes,omitempty"`
 	// MaxMessageBytes is the largest record batch Kafka producers may send
-	// to the topic (within the broker's max-message-size).
+	// to the topic; it replaces the broker's max-message-size (as in
+	// Kafka), within ledger.MaxPayloadSize.
 	MaxMessageBytes *int32 `json:"max.message.bytes,omitempty"`
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/magnetar-io/magnetar/bookie/entry"
 )
 
 // Format says what an entry's payload holds.
@@ -52,6 +54,10 @@ const (
 	// HeaderSize is the encoded size of a Header.
 	HeaderSize = 24
 )
+
+// MaxPayloadSize is the largest payload Append stores: what a bookie
+// entry holds after its own header and the managed ledger's.
+const MaxPayloadSize = entry.MaxSize - entry.HeaderSize - HeaderSize
 
 // ErrBadHeader reports entry bytes that do not start with a valid header.
 var ErrBadHeader = errors.New("ledger: bad entry header")

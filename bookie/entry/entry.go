@@ -27,8 +27,10 @@ import (
 const HeaderSize = 8 + 8 + 8 + 8 + 4
 
 // MaxSize bounds a whole entry (header and payload): larger entries are
-// refused by writers and bookies alike.
-const MaxSize = 5 << 20
+// refused by writers and bookies alike. It leaves room for a Kafka topic
+// whose max.message.bytes is above the broker's default message size
+// (5 MiB): Kafka's own ceiling for such topics is the request size.
+const MaxSize = 16 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/ledger"
 )
 
 // DescribeConfigs: v0–v4. AlterConfigs: v0–v2. IncrementalAlterConfigs:
@@ -20,6 +21,7 @@ import (
 //	                               kept (-1: no limit); what a subscription
 //	                               or group has not consumed is always kept
 //	max.message.bytes              largest record batch producers may send
+//	                               (replaces the broker's limit, as in Kafka)
 //	cleanup.policy                 "delete" only: topics are not compacted
 //
 // Unset, a config shows its effective value from the namespace (or the
@@ -79,8 +81,8 @@ func checkConfig(c configChange) error {
 		}
 	case "max.message.bytes":
 		if c.op == opSet {
-			if n, err := strconv.ParseInt(v, 10, 32); err != nil || n < 1024 {
-				return fmt.Errorf("config %s=%q: want a number ≥ 1024", c.name, v)
+			if n, err := strconv.ParseInt(v, 10, 32); err != nil || n < 1024 || n > ledger.MaxPayloadSize {
+				return fmt.Errorf("config %s=%q: want a number from 1024 to %d (the largest entry)", c.name, v, ledger.MaxPayloadSize)
 			}
 		}
 	case "cleanup.policy":

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/ledger"
 )
 
 // Produce: v0–v12.
@@ -121,9 +122,11 @@ func (s *Server) produce(ctx context.Context, c *conn, version int16, topic stri
 		fail(errCode(err), err)
 		return
 	}
+	// The topic's max.message.bytes, when set, replaces the broker's
+	// limit (as in Kafka), within what an entry holds.
 	limit, what := s.cfg.MaxMessageSize, "max-message-size"
-	if own := t.MaxMessageBytes(); own > 0 && own < limit {
-		limit, what = own, "the topic's max.message.bytes"
+	if own := t.MaxMessageBytes(); own > 0 {
+		limit, what = min(own, ledger.MaxPayloadSize), "the topic's max.message.bytes"
 	}
 	for _, b := range batches {
 		if len(b.Batch) > limit {
