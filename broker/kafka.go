@@ -33,6 +33,10 @@ func (b *Broker) KafkaTopicName(name string) (TopicName, error) {
 	if name == "" {
 		return TopicName{}, fmt.Errorf("%w: empty name", ErrInvalidKafkaTopic)
 	}
+	if name == "__consumer_offsets" || name == "__transaction_state" {
+		// Kafka's internal topics are not topics here.
+		return TopicName{}, fmt.Errorf("%w %q: a Kafka internal topic (offsets are subscription positions here)", ErrInvalidKafkaTopic, name)
+	}
 	full := name
 	if !strings.Contains(name, "://") {
 		switch strings.Count(name, "/") {

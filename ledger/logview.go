@@ -237,3 +237,13 @@ func (ml *ManagedLedger) Next(p Position) Position {
 	defer ml.mu.Unlock()
 	return ml.nextLocked(p)
 }
+
+// OffsetAt returns the offset of the first message of the entry at p
+// (NextOffset if p is past the last confirmed entry), reading the entry's
+// header only if no table knows it.
+func (ml *ManagedLedger) OffsetAt(ctx context.Context, p Position) (int64, error) {
+	if p.Compare(ml.LastConfirmed()) > 0 {
+		return ml.NextOffset(), nil
+	}
+	return ml.offsetAt(ctx, p)
+}

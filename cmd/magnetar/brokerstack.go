@@ -31,6 +31,7 @@ var brokerSettings = []setting{
 	{"schema-validation-enforced", "false", "bool", "refuse producers without a schema on topics that have one"},
 	{"max-message-size", strconv.Itoa(frame.DefaultMaxMessageSize), "bytes", "largest message (or batch) a client may send; announced to Pulsar clients; Kafka record batches above it get MESSAGE_TOO_LARGE"},
 	{"kafka-max-request-size", strconv.Itoa(kafka.DefaultMaxRequestSize), "bytes", "largest Kafka request accepted; a larger one closes the connection (Kafka's socket.request.max.bytes)"},
+	{"kafka-group-initial-rebalance-delay", "3s", "duration", "how long a Kafka consumer group that was empty waits for more members before its first assignment (Kafka's group.initial.rebalance.delay.ms); 0: no wait"},
 	{"kafka-namespace", "public/default", "tenant/namespace", "where the topics Kafka clients name without a tenant and namespace live (\"foo\" is persistent://public/default/foo)"},
 	{"entry-cache-size", "268435456", "bytes", "memory for recently written entries, shared by all topics; tailing consumers read from it"},
 	{"max-unacked-messages-per-consumer", "50000", "count", "a Shared or Key_Shared consumer holding this many unacknowledged messages gets no more until it acknowledges"},
@@ -41,20 +42,22 @@ var brokerSettings = []setting{
 
 // brokerConfig is the checked broker configuration.
 type brokerConfig struct {
-	AutoTopicCreation     broker.AutoTopicCreation
-	AutoTopicPartitions   int
-	Deduplication         bool
-	SchemaCompatibility   broker.CompatibilityStrategy
-	SchemaValidation      bool
-	MaxMessageSize        int
-	KafkaMaxRequestSize   int
-	KafkaTenant           string
-	KafkaNamespace        string
-	EntryCacheSize        int64
-	MaxUnackedPerConsumer int
-	MessageExpiryCheck    time.Duration
-	BacklogQuotaCheck     time.Duration
-	MetricsMaxTopics      int
+	AutoTopicCreation   broker.AutoTopicCreation
+	AutoTopicPartitions int
+	Deduplication       bool
+	SchemaCompatibility broker.CompatibilityStrategy
+	SchemaValidation    bool
+	MaxMessageSize      int
+	KafkaMaxRequestSize int
+	KafkaTenant         string
+	KafkaNamespace      string
+	// KafkaGroupInitialRebalanceDelay: negative for none.
+	KafkaGroupInitialRebalanceDelay time.Duration
+	EntryCacheSize                  int64
+	MaxUnackedPerConsumer           int
+	MessageExpiryCheck              time.Duration
+	BacklogQuotaCheck               time.Duration
+	MetricsMaxTopics                int
 	// ServiceURL is the advertised URL of the http listener (not a
 	// setting: the caller fills it in), recorded in the cluster's data.
 	ServiceURL string
@@ -96,6 +99,12 @@ func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
 		return cfg, err
 	}
 	cfg.KafkaTenant, cfg.KafkaNamespace = kns[0], kns[1]
+	if cfg.KafkaGroupInitialRebalanceDelay, err = check(sv, s("kafka-group-initial-rebalance-delay"), parseDurationMin0); err != nil {
+		return cfg, err
+	}
+	if cfg.KafkaGroupInitialRebalanceDelay == 0 {
+		cfg.KafkaGroupInitialRebalanceDelay = -1 // none, as asked
+	}
 	if cfg.EntryCacheSize, err = check(sv, s("entry-cache-size"), parsePositiveInt); err != nil {
 		return cfg, err
 	}
@@ -188,9 +197,12 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 	if err != nil {
 		return nil, fmt.Errorf("kafka advertised address %q: bad port", ls.kafkaAdvertised)
 	}
-	if b.kafka, err = kafka.NewServer(kafka.Config{Broker: b.broker, AdvertisedHost: kafkaHost, AdvertisedPort: int32(port),
+	kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer kcancel()
+	if b.kafka, err = kafka.NewServer(kctx, kafka.Config{Broker: b.broker, AdvertisedHost: kafkaHost, AdvertisedPort: int32(port),
 		MaxRequestSize: cfg.KafkaMaxRequestSize, MaxMessageSize: cfg.MaxMessageSize,
-		Logger: log.With("component", "kafka")}); err != nil {
+		InitialRebalanceDelay: cfg.KafkaGroupInitialRebalanceDelay,
+		Logger:                log.With("component", "kafka")}); err != nil {
 		return nil, err
 	}
 	go func() { b.served <- b.pulsar.Serve(pulsarLn) }()
@@ -253,4 +265,16 @@ func parseNamespace(s string) ([2]string, error) {
 		return [2]string{}, fmt.Errorf("not a valid tenant/namespace: %v", err)
 	}
 	return [2]string{tenant, ns}, nil
+}
+
+// parseDurationMin0 parses a duration of 0 or more.
+func parseDurationMin0(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New("want a duration such as 3s or 0s")
+	}
+	if d < 0 {
+		return 0, errors.New("must not be negative")
+	}
+	return d, nil
 }

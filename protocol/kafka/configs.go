@@ -119,6 +119,35 @@ func applyConfig(c *broker.TopicConfig, ch configChange) {
 	}
 }
 
+// kafkaDefaultRetentionMs is Kafka's retention.ms default (7 days).
+const kafkaDefaultRetentionMs = 7 * 24 * 60 * 60 * 1000
+
+// kafkaDefaults gives a topic a Kafka client just created Kafka's default
+// retention.ms, unless the request set one or its namespace has a
+// retention policy: Kafka users expect their data kept for a week with
+// no consumer group, where Pulsar's default keeps only what a
+// subscription still needs.
+func (s *Server) kafkaDefaults(ctx context.Context, t broker.TopicName, given []configChange) {
+	for _, c := range given {
+		if c.name == "retention.ms" {
+			return
+		}
+	}
+	if p, err := s.b.NamespacePolicies(ctx, t.Tenant, t.Namespace); err == nil && p.RetentionPolicies != nil {
+		return
+	}
+	err := s.b.UpdateTopicConfig(ctx, t, func(c *broker.TopicConfig) error {
+		if c.RetentionMs == nil {
+			ms := int64(kafkaDefaultRetentionMs)
+			c.RetentionMs = &ms
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("Kafka's default retention not set on a new topic", "topic", t.String(), "err", err)
+	}
+}
+
 func (s *Server) alterTopicConfig(ctx context.Context, t broker.TopicName, cs []configChange) *kafkaError {
 	err := s.b.UpdateTopicConfig(ctx, t, func(c *broker.TopicConfig) error {
 		for _, ch := range cs {

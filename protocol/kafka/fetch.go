@@ -26,7 +26,11 @@ import (
 // isolation levels read the same and the last stable offset is the high
 // watermark.
 
-const errFetchSessionIDNotFound int16 = 70
+const (
+	errFetchSessionIDNotFound int16 = 70
+	// maxFetchEntries bounds the entries read from a ledger at once.
+	maxFetchEntries = 64
+)
 
 type fetchPart struct {
 	name  string
@@ -78,6 +82,13 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 	go func() {
 		defer cancel()
 		c.s.fetch(ctx, c, req, parts, c.s.cfg.Clock().Add(wait))
+		for _, fp := range parts {
+			if fp.resp.RecordBatches == nil {
+				// An empty record set, not a null one: librdkafka refuses
+				// null ("invalid MessageSetSize -1").
+				fp.resp.RecordBatches = []byte{}
+			}
+		}
 		sl.finish(resp)
 	}()
 }
@@ -169,8 +180,11 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 	}
 	budget = min(budget, int(fp.req.PartitionMaxBytes))
 	buf := p.RecordBatches
-	for off < hw && len(buf) < budget {
-		es, err := ml.ReadOffset(ctx, off, 32)
+	// Entries are read a few at a time, more as they prove small: a
+	// batch of a MiB fills the budget alone, and entries read past the
+	// budget would be read again by the next fetch.
+	for n := 1; off < hw && len(buf) < budget; n = min(2*n, maxFetchEntries) {
+		es, err := ml.ReadOffset(ctx, off, n)
 		if err != nil {
 			if len(buf) > 0 {
 				break // serve what was read; the error comes back next time

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -63,16 +64,41 @@ func (s *Server) brokerEntry() kmsg.MetadataResponseBroker {
 	return b
 }
 
+// offsetsTopic is Kafka's internal topic of group offsets. Clients expect
+// it once groups are in use (regex consumers skip it as internal), so
+// Metadata shows it, internal, with one partition, after the first
+// FindCoordinator, as Kafka creates it then. It holds nothing: offsets
+// are subscription positions. Other requests naming it are refused
+// (INVALID_TOPIC_EXCEPTION): KafkaTopicName refuses the name.
+const offsetsTopic = "__consumer_offsets"
+
 func (s *Server) topicMetadata(ctx context.Context, name string, create bool) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	mt.Topic = &name
+	if name == offsetsTopic {
+		if !s.groups.used.Load() {
+			mt.ErrorCode = errUnknownTopicOrPartition
+			return mt
+		}
+		mt.IsInternal = true
+		mt.TopicID = topicID(broker.TopicName{Tenant: "kafka", Namespace: "internal", Local: offsetsTopic})
+		p := kmsg.NewMetadataResponseTopicPartition()
+		p.Leader, p.LeaderEpoch, p.Replicas, p.ISR = s.cfg.NodeID, 0, []int32{s.cfg.NodeID}, []int32{s.cfg.NodeID}
+		mt.Partitions = append(mt.Partitions, p)
+		return mt
+	}
 	t, err := s.b.KafkaTopicName(name)
 	if err != nil {
 		mt.ErrorCode = errCode(err)
 		return mt
 	}
 	mt.TopicID = topicID(t)
-	n, err := s.b.KafkaPartitions(ctx, t, create)
+	n, err := s.b.KafkaPartitions(ctx, t, false)
+	if errors.Is(err, broker.ErrTopicNotFound) && create {
+		if n, err = s.b.KafkaPartitions(ctx, t, true); err == nil {
+			s.kafkaDefaults(ctx, t, nil)
+		}
+	}
 	if err != nil {
 		mt.ErrorCode = errCode(err)
 		if mt.ErrorCode == errUnknownServer {
@@ -110,6 +136,9 @@ func (s *Server) kafkaTopics(ctx context.Context) ([]string, error) {
 			continue
 		}
 		names = append(names, s.b.KafkaName(t))
+	}
+	if s.groups.used.Load() {
+		names = append(names, offsetsTopic)
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil

@@ -65,8 +65,13 @@ type Config struct {
 	// MaxMessageSize: a record batch larger than this is refused with
 	// MESSAGE_TOO_LARGE (default DefaultMaxMessageSize).
 	MaxMessageSize int
-	// Clock is the time of long-poll deadlines and timestamps (default
-	// time.Now).
+	// InitialRebalanceDelay: a consumer group that was empty waits this
+	// long for more members before its first assignment (Kafka's
+	// group.initial.rebalance.delay.ms). 0: DefaultInitialRebalanceDelay;
+	// negative: no wait.
+	InitialRebalanceDelay time.Duration
+	// Clock is the time of long-poll deadlines, timestamps and group
+	// sessions (default time.Now).
 	Clock  func() time.Time
 	Logger *slog.Logger
 }
@@ -90,6 +95,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxRequestSize < 1024 || c.MaxMessageSize < 1024 {
 		return c, fmt.Errorf("kafka: MaxRequestSize %d and MaxMessageSize %d must be at least 1024", c.MaxRequestSize, c.MaxMessageSize)
 	}
+	if c.InitialRebalanceDelay == 0 {
+		c.InitialRebalanceDelay = DefaultInitialRebalanceDelay
+	}
+	if c.InitialRebalanceDelay < 0 {
+		c.InitialRebalanceDelay = 0
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -101,9 +112,10 @@ func (c Config) withDefaults() (Config, error) {
 
 // Server serves the Kafka protocol.
 type Server struct {
-	cfg Config
-	b   *broker.Broker
-	log *slog.Logger
+	cfg    Config
+	b      *broker.Broker
+	log    *slog.Logger
+	groups *groups // the consumer group coordinator (groups.go)
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -112,14 +124,21 @@ type Server struct {
 	wg        sync.WaitGroup
 }
 
-// NewServer returns a server; Serve starts it on a listener.
-func NewServer(cfg Config) (*Server, error) {
+// NewServer returns a server, with the consumer groups stored in the
+// metadata store restored; Serve starts it on a listener.
+func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger,
-		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}, nil
+	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger,
+		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
+	s.groups = newGroups(s)
+	if err := s.groups.load(ctx); err != nil {
+		return nil, fmt.Errorf("kafka: restoring consumer groups: %w", err)
+	}
+	go s.groups.run()
+	return s, nil
 }
 
 // Serve accepts connections on ln until StopAccepting or Shutdown; it
@@ -191,9 +210,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
 		for c := range s.conns {
@@ -201,8 +220,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	s.groups.close() // writes the last group changes
+	return err
 }
 
 // conn is one client connection.
@@ -226,6 +247,7 @@ type conn struct {
 type slot struct {
 	key, version int16
 	correlation  int32
+	clientID     string
 	done         chan struct{}
 	resp         kmsg.Response
 }
@@ -321,6 +343,7 @@ func (c *conn) parse(buf []byte) (*slot, kmsg.Request, error) {
 		if int(n) > len(body)-2 {
 			return nil, nil, fmt.Errorf("%w: %s v%d: client id of %d bytes past the end", errBadRequest, kmsg.NameForKey(key), version, n)
 		}
+		sl.clientID = string(body[2 : 2+int(n)])
 		body = body[2+int(n):]
 	} else {
 		body = body[2:]

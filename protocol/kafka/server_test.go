@@ -43,7 +43,7 @@ func startServer(t *testing.T, tweak func(*Config)) *testServer {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	srv, err := NewServer(cfg)
+	srv, err := NewServer(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,6 +101,7 @@ func (s *Server) createTopic(ctx context.Context, rt kmsg.CreateTopicsRequestTop
 			return 0, err
 		}
 	}
+	s.kafkaDefaults(ctx, name, changes)
 	s.log.Info("topic created by a Kafka client", "topic", name.String(), "partitions", n)
 	return n, nil
 }
