@@ -166,3 +166,26 @@ func TestKafkaAppendRefusedOverQuota(t *testing.T) {
 		t.Fatalf("append under quota again: %v", err)
 	}
 }
+
+func TestOwnRetention(t *testing.T) {
+	ms := func(v int64) *int64 { return &v }
+	for _, tc := range []struct {
+		c      *TopicConfig
+		r      *RetentionPolicies
+		rt     time.Duration
+		rs     int64
+		hasOwn bool
+	}{
+		{c: &TopicConfig{}, hasOwn: false},
+		// Only retention.ms: the size is unlimited, not 0 (which would
+		// trim everything acknowledged at once).
+		{c: &TopicConfig{RetentionMs: ms(60_000)}, rt: time.Minute, rs: -1, hasOwn: true},
+		{c: &TopicConfig{RetentionBytes: ms(1 << 20)}, rt: -1, rs: 1 << 20, hasOwn: true},
+		{c: &TopicConfig{RetentionMs: ms(-1)}, r: &RetentionPolicies{RetentionTimeInMinutes: 5, RetentionSizeInMB: 2}, rt: -1, rs: 2 << 20, hasOwn: true},
+	} {
+		rt, rs, ok := ownRetention(tc.c, tc.r)
+		if ok != tc.hasOwn || (ok && (rt != tc.rt || rs != tc.rs)) {
+			t.Errorf("%+v over %+v: %v %d %v, want %v %d %v", tc.c, tc.r, rt, rs, ok, tc.rt, tc.rs, tc.hasOwn)
+		}
+	}
+}

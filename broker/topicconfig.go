@@ -98,12 +98,14 @@ func (b *Broker) deleteTopicConfig(ctx context.Context, t TopicName) error {
 }
 
 // ownRetention is the retention t's config sets, merged with its
-// namespace's r for what it leaves unset: ok=false if it sets none.
+// namespace's r for what it leaves unset — or, with no namespace policy,
+// no limit (Kafka's default for the one not set): ok=false if it sets
+// none.
 func ownRetention(c *TopicConfig, r *RetentionPolicies) (time.Duration, int64, bool) {
 	if c == nil || (c.RetentionMs == nil && c.RetentionBytes == nil) {
 		return 0, 0, false
 	}
-	rt, rs := time.Duration(0), int64(0)
+	rt, rs := time.Duration(-1), int64(-1)
 	if r != nil {
 		rt, rs = retentionLimits(*r)
 	}

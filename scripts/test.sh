@@ -43,6 +43,13 @@ need() {
 need zookeeper test -x /usr/share/zookeeper/bin/zkServer.sh # scripts/zookeeper.sh
 need default-jre-headless command -v java                   # ZooKeeper's JVM
 need gcc command -v gcc                                     # cgo, for go test -race
+need kcat command -v kcat                                   # compat-tests/kafka: librdkafka's client
+need nodejs command -v node                                 # compat-tests/kafka: kafkajs
+need npm command -v npm                                     # compat-tests/kafka/js: npm ci
+need g++ command -v g++                                     # npm ci: node-gyp builds lz4 (kafkajs-lz4)
+need make command -v make                                   # npm ci: node-gyp
+need python3 command -v python3                             # npm ci: node-gyp; compat-franz.sh
+need curl command -v curl                                   # compat-franz.sh: waits on /status
 
 if ((${#missing[@]})); then
 	if ! command -v apt-get >/dev/null; then
@@ -89,13 +96,21 @@ if [[ $mode == test ]]; then
 	# run and is saved under testdata/fuzz).
 	log "fuzzing the Pulsar frame decoder for 20s"
 	"$GO" test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 20s ./protocol/pulsar/frame/
+	# The same for the Kafka request decoder and the record batch parser.
+	log "fuzzing the Kafka request decoder and record batch parser for 15s each"
+	"$GO" test -run '^$' -fuzz '^FuzzParseRequest$' -fuzztime 15s ./protocol/kafka/
+	"$GO" test -run '^$' -fuzz '^FuzzSplitRecordBatches$' -fuzztime 15s ./broker/
 	# compat-tests/ is its own module (the real clients' dependencies stay
 	# out of the root go.mod), so ./... above does not reach it. Its tests
 	# build the magnetar binary themselves (with -race: a data race in the
 	# server under real clients fails the run when it exits) and talk to it
 	# over loopback only.
+	log "compat tests: installing kafkajs (npm ci in compat-tests/kafka/js)"
+	(cd compat-tests/kafka/js && npm ci --no-audit --no-fund)
 	log "compat tests: real clients against magnetar (compat-tests/)"
 	(cd compat-tests && "$GO" vet ./... && MAGNETAR_COMPAT_RACE=1 "$GO" test -count=1 -timeout 15m ./...)
+	log "franz-go's own integration tests against magnetar (scripts/compat-franz.sh)"
+	scripts/compat-franz.sh
 else
 	"$GO" test -run '^$' -bench . -benchmem -timeout 60m ./... | tee bench.out
 fi

@@ -361,7 +361,9 @@ or earliest (everything the topic holds).
 			}
 			if kafka {
 				if opts.Subscription != "" {
-					return errors.New("--subscription with --kafka: Kafka consumer groups are not served yet; leave it out to read the partitions directly")
+					if _, err := parseSubscriptionName(opts.Subscription); err != nil {
+						return fmt.Errorf("invalid --subscription %q: %w", opts.Subscription, err)
+					}
 				}
 				addr, err := check(a.vals, clientSettings[1], parseHostPort)
 				if err != nil {
@@ -393,7 +395,7 @@ or earliest (everything the topic holds).
 	f.StringVarP(&opts.Position, "subscription-position", "p", "latest", "where a new subscription starts: latest or earliest")
 	f.IntVarP(&opts.Count, "num-messages", "n", 1, "messages to receive; 0: until interrupted")
 	f.StringVar(&format, "format", "text", "output: text or json (one object a line)")
-	f.BoolVar(&kafka, "kafka", false, "use the Kafka protocol (franz-go, against --kafka-bootstrap): reads every partition from -p directly (no consumer group, nothing committed); ids are partition:offset")
+	f.BoolVar(&kafka, "kafka", false, "use the Kafka protocol (franz-go, against --kafka-bootstrap): with -s, as consumer group -s (the subscription of that name), committing what it prints; without, reading every partition from -p directly; ids are partition:offset")
 	return cmd
 }
 

@@ -104,7 +104,7 @@ func TestClientKafkaErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"consume", "t", "-s", "s", "--kafka"}, exitUsage, "--subscription with --kafka: Kafka consumer groups are not served yet"},
+		{[]string{"consume", "t", "-s", "a/b", "--kafka"}, exitUsage, `invalid --subscription "a/b"`},
 		{[]string{"produce", "t", "-m", "x", "--kafka", "--kafka-bootstrap", "localhost"}, exitUsage, `invalid kafka-bootstrap "localhost"`},
 		{[]string{"produce", "t", "-m", "x", "--kafka", "--kafka-bootstrap", addr}, exitRuntime, "cannot reach the broker's Kafka listener at " + addr},
 		{[]string{"consume", "t", "--kafka", "--kafka-bootstrap", addr}, exitRuntime, "cannot reach the broker's Kafka listener at " + addr},
@@ -300,6 +300,12 @@ func TestCLIEndToEnd(t *testing.T) {
 	}
 	if want := "0:0=first,0:1=second,0:2=third,0:3=fourth,0:4=fifth,0:5=sixth"; strings.Join(got, ",") != want {
 		t.Errorf("consume --kafka: %v, want %s", got, want)
+	}
+	// The Kafka group "cli" is the subscription "cli", which acknowledged
+	// five messages above: the group starts at the sixth.
+	out, errOut, code = runBinary(t, "", append([]string{"consume", topic, "-s", "cli", "-n", "1", "--format", "json"}, kafka...)...)
+	if code != 0 || !strings.Contains(out, `"id":"0:5"`) || !strings.Contains(out, `"payload":"sixth"`) {
+		t.Errorf("consume --kafka -s cli: exit %d, stdout %q, stderr %q; want 0:5 sixth", code, out, errOut)
 	}
 
 	// A refusal from the server: exit 1 with its reason and status.

@@ -155,19 +155,35 @@ func (a *app) produceKafka(addr string, opts produceOptions, stdin io.Reader) er
 	return err
 }
 
-// consumeKafka is consume over the Kafka protocol, reading every
-// partition directly from -p (earliest or latest). Consumer groups are not
-// served yet, so nothing is committed.
+// consumeKafka is consume over the Kafka protocol: in consumer group -s
+// (committing what it printed, so the group — the subscription of that
+// name — goes on from there), or without -s reading every partition
+// directly. -p is where a group without offsets, or the direct read,
+// starts.
 func (a *app) consumeKafka(addr string, opts consumeOptions) error {
 	start := kgo.NewOffset().AtEnd()
 	if opts.Position == "earliest" {
 		start = kgo.NewOffset().AtStart()
 	}
-	cl, err := a.newKafkaCLIClient(addr, kgo.ConsumeTopics(opts.Topic), kgo.ConsumeResetOffset(start))
+	kopts := []kgo.Opt{kgo.ConsumeTopics(opts.Topic), kgo.ConsumeResetOffset(start)}
+	if opts.Subscription != "" {
+		kopts = append(kopts, kgo.ConsumerGroup(opts.Subscription), kgo.AutoCommitMarks(),
+			kgo.BlockRebalanceOnPoll())
+	}
+	cl, err := a.newKafkaCLIClient(addr, kopts...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if opts.Subscription != "" {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), clientOperationTimeout)
+			defer cancel()
+			if err := cl.CommitMarkedOffsets(ctx); err != nil {
+				fmt.Fprintf(a.stderr, "magnetar consume: committing the group's offsets: %v\n", err)
+			}
+		}()
+	}
 	ctx, stop := a.perfSignals()
 	defer stop()
 	n := 0
@@ -204,7 +220,9 @@ func (a *app) consumeKafka(addr string, opts consumeOptions) error {
 			} else {
 				writeMessageText(a.stdout, n, m)
 			}
+			cl.MarkCommitRecords(r)
 		}
+		cl.AllowRebalance()
 	}
 	return nil
 }
