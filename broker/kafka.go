@@ -217,3 +217,36 @@ func (t *Topic) AppendKafka(ctx context.Context, a KafkaAppend, done func(offset
 		go wait()
 	}
 }
+
+// kafkaHintsMax bounds the read hints a topic keeps.
+const kafkaHintsMax = 256
+
+// kafkaHints remembers, for Kafka fetches, where the entry starting at an
+// offset is: a consumer's next fetch starts where its last one ended, so
+// the entry is found without searching the ledger (which may read entry
+// headers from the bookies).
+type kafkaHints struct {
+	mu sync.Mutex
+	m  map[int64]ledger.Position
+}
+
+// KafkaReadHint returns the position of the entry that starts at offset,
+// if a read left one.
+func (t *Topic) KafkaReadHint(offset int64) (ledger.Position, bool) {
+	h := &t.hints
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, ok := h.m[offset]
+	return p, ok
+}
+
+// SetKafkaReadHint records that the entry at pos starts at offset.
+func (t *Topic) SetKafkaReadHint(offset int64, pos ledger.Position) {
+	h := &t.hints
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= kafkaHintsMax {
+		h.m = make(map[int64]ledger.Position, 16)
+	}
+	h.m[offset] = pos
+}

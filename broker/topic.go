@@ -44,6 +44,7 @@ type Topic struct {
 	// kafkaBlocked, if set, refuses Kafka appends: the topic is over a
 	// backlog quota that holds or rejects producers (quota.go).
 	kafkaBlocked atomic.Pointer[error]
+	hints        kafkaHints // where Kafka fetches go on (kafka.go)
 }
 
 func newTopic(b *Broker, name TopicName, ml *ledger.ManagedLedger) *Topic {

@@ -184,7 +184,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 	// batch of a MiB fills the budget alone, and entries read past the
 	// budget would be read again by the next fetch.
 	for n := 1; off < hw && len(buf) < budget; n = min(2*n, maxFetchEntries) {
-		es, err := ml.ReadOffset(ctx, off, n)
+		es, err := readAt(ctx, fp.t, off, n)
 		if err != nil {
 			if len(buf) > 0 {
 				break // serve what was read; the error comes back next time
@@ -218,6 +218,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 				break
 			}
 			off = e.Header.NextOffset()
+			fp.t.SetKafkaReadHint(off, ml.Next(e.Position))
 			if len(buf) >= budget {
 				break
 			}
@@ -225,4 +226,17 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 	}
 	p.RecordBatches = buf
 	return len(buf), nil
+}
+
+// readAt reads up to n entries from the one holding offset: from where a
+// previous fetch left off if it ended at offset, else by searching.
+func readAt(ctx context.Context, t *broker.Topic, offset int64, n int) ([]ledger.Entry, error) {
+	ml := t.ManagedLedger()
+	if pos, ok := t.KafkaReadHint(offset); ok {
+		es, err := ml.Read(ctx, pos, n)
+		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
+			return es, nil
+		}
+	}
+	return ml.ReadOffset(ctx, offset, n)
 }

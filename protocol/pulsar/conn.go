@@ -147,11 +147,13 @@ func (c *conn) cleanup() {
 }
 
 // keepAlive pings the client when idle and closes the connection when it
-// has been silent for two intervals.
+// has been silent for two intervals — a connected client only once it was
+// pinged and did not answer (a late tick must not skip the ping).
 func (c *conn) keepAlive() {
 	iv := c.srv.cfg.KeepAliveInterval
 	t := time.NewTicker(iv)
 	defer t.Stop()
+	var pinged time.Time // last PING sent
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -159,16 +161,19 @@ func (c *conn) keepAlive() {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		idle := time.Since(c.lastRead)
+		last := c.lastRead
 		connected := c.connected
 		c.mu.Unlock()
-		if idle > 2*iv {
+		idle := time.Since(last)
+		unanswered := pinged.After(last)
+		if idle > 2*iv && (!connected || unanswered && time.Since(pinged) >= iv) {
 			c.log.Warn("pulsar: closing connection: no traffic from the client", "silent-for", idle.Round(time.Second))
 			c.close()
 			return
 		}
-		if connected && idle >= iv {
+		if connected && idle >= iv && !unanswered {
 			c.send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+			pinged = time.Now()
 		}
 	}
 }
