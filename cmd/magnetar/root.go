@@ -26,7 +26,7 @@ both the Pulsar and the Kafka protocol on the same topics.
 	root.SetErr(a.stderr)
 	defineFlags(root.PersistentFlags(), globalSettings)
 	root.AddCommand(newVersionCommand(a), newStandaloneCommand(a), newBookieCommand(a), newPerfCommand(a),
-		newAdminCommand(a), newProduceCommand(a), newConsumeCommand(a))
+		newAdminCommand(a), newProduceCommand(a), newConsumeCommand(a), newMirrorCommand(a))
 	return root
 }
 
