@@ -68,11 +68,17 @@ func (t *Topic) CommitKafkaOffset(ctx context.Context, group string, offset int6
 	} else if props[propKafkaMetadata] == metadata {
 		return nil // the same commit again
 	}
-	return c.MarkDelete(c.MarkDeletePosition(), map[string]string{
+	err = c.MarkDelete(c.MarkDeletePosition(), map[string]string{
 		propKafkaOffset:   strconv.FormatInt(offset, 10),
 		propKafkaMetadata: metadata,
 		propKafkaMD:       c.MarkDeletePosition().String(),
 	})
+	if err != nil {
+		return err
+	}
+	// An acknowledged commit is stored, as in Kafka (the reset above
+	// stored the position; this stores the offset and metadata with it).
+	return c.Flush(ctx)
 }
 
 // KafkaCommittedOffset returns group's committed offset on t and its

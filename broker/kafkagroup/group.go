@@ -87,6 +87,9 @@ type JoinRequest struct {
 	// RequireKnownMemberID (JoinGroup v4+): a new dynamic member first
 	// gets MEMBER_ID_REQUIRED with its id, and joins with it.
 	RequireKnownMemberID bool
+	// SkipAssignment (JoinGroup v9+, KIP-814): a static leader coming
+	// back to a stable group may be told to keep the assignment.
+	SkipAssignment bool
 }
 
 // JoinMember is a member as the leader sees it.
@@ -102,6 +105,9 @@ type JoinResult struct {
 	ProtocolType, Protocol string
 	Leader, MemberID       string
 	Members                []JoinMember // the leader's only
+	// SkipAssignment: the leader keeps the current assignment (sends
+	// SyncGroup without computing one).
+	SkipAssignment bool
 }
 
 // SyncRequest is a SyncGroup; Assignments (by member id) come from the
@@ -336,11 +342,13 @@ func (c *Coordinator) Join(now time.Time, req JoinRequest, reply func(JoinResult
 	c.maybeCompleteJoin(now, g)
 }
 
-// rejoinStatic: a static member comes back with a new member id. If the
-// group is stable and its protocols are unchanged it keeps its assignment
-// without a rebalance (its old id is fenced); otherwise it rebalances.
+// rejoinStatic: a static member comes back with a new member id (its old
+// id is fenced). In a stable group, if the protocol the group would select
+// is unchanged (its metadata may differ: a cooperative member lists the
+// partitions it owns, none after a restart), it keeps its assignment
+// without a rebalance, as in Kafka; a leader does so only if the client
+// can skip the assignment (v9+). Otherwise the group rebalances.
 func (c *Coordinator) rejoinStatic(now time.Time, g *Group, old *Member, req JoinRequest, reply func(JoinResult)) {
-	changed := !slices.EqualFunc(old.Protocols, req.Protocols, sameProtocol)
 	oldID := old.ID
 	old.ID = c.newMemberID(g, req)
 	if g.Leader == oldID {
@@ -355,9 +363,13 @@ func (c *Coordinator) rejoinStatic(now time.Time, g *Group, old *Member, req Joi
 		old.sync = nil
 	}
 	c.update(old, req)
-	if g.State == Stable && !changed && g.Leader != old.ID {
+	keep := g.State == Stable && hasProtocol(old, g.Protocol) && c.selectProtocol(g) == g.Protocol &&
+		(g.Leader != old.ID || req.SkipAssignment)
+	if keep {
 		old.expires = now.Add(old.SessionTimeout)
-		reply(c.joinResult(g, old))
+		r := c.joinResult(g, old)
+		r.SkipAssignment = g.Leader == old.ID
+		reply(r)
 		c.changed(g)
 		return
 	}

@@ -108,8 +108,9 @@ func (s *script) step(line int, text string) {
 			who = req.InstanceID // a restarted static member sends the same metadata
 		}
 		for _, p := range strings.Split(protos, ",") {
-			req.Protocols = append(req.Protocols, Protocol{Name: p, Metadata: []byte(who + "/" + p)})
+			req.Protocols = append(req.Protocols, Protocol{Name: p, Metadata: []byte(who + "/" + p + args["meta"])})
 		}
+		req.SkipAssignment = hasKey(args, "skip")
 		if st, ok := args["session"]; ok {
 			req.SessionTimeout, _ = time.ParseDuration(st)
 		}
@@ -183,6 +184,9 @@ func (s *script) step(line int, text string) {
 			}
 			if p, ok := args["protocol"]; ok && r.Protocol != p {
 				t.Fatalf("line %d (%s): protocol %q", line, text, r.Protocol)
+			}
+			if _, ok := args["skip"]; ok != r.SkipAssignment {
+				t.Fatalf("line %d (%s): skip assignment %v", line, text, r.SkipAssignment)
 			}
 		case "sync":
 			r := s.syncs[client]
@@ -369,6 +373,18 @@ func TestStaticMembership(t *testing.T) {
 		heartbeat b2 instance=ib -> ok
 		sync b2 instance=ib
 		expect b2 sync ok assignment=for-b
+		# A cooperative member comes back owning nothing: its metadata
+		# differs, the protocol the group selects does not: no rebalance.
+		join b3 member= instance=ib meta=+owned-none
+		expect b3 join ok gen=1 leader=a members=0
+		state Stable gen=1
+		# The leader comes back: with v9 it keeps the assignment...
+		join a2 member= instance=ia skip
+		expect a2 join ok gen=1 leader=a2 members=2 skip
+		state Stable gen=1
+		# ...before v9 the group rebalances.
+		join a3 member= instance=ia
+		state PreparingRebalance
 	`)
 }
 

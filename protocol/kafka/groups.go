@@ -218,7 +218,8 @@ func handleJoinGroup(c *conn, sl *slot, kreq kmsg.Request) {
 	req := kreq.(*kmsg.JoinGroupRequest)
 	jr := kafkagroup.JoinRequest{Group: req.Group, MemberID: req.MemberID, InstanceID: strOr(req.InstanceID),
 		ClientID: sl.clientID, ClientHost: clientHost(c), ProtocolType: req.ProtocolType,
-		SessionTimeout: time.Duration(req.SessionTimeoutMillis) * time.Millisecond, RequireKnownMemberID: req.Version >= 4}
+		SessionTimeout: time.Duration(req.SessionTimeoutMillis) * time.Millisecond, RequireKnownMemberID: req.Version >= 4,
+		SkipAssignment: req.Version >= 9}
 	if req.Version >= 1 {
 		jr.RebalanceTimeout = time.Duration(req.RebalanceTimeoutMillis) * time.Millisecond
 	}
@@ -231,6 +232,7 @@ func handleJoinGroup(c *conn, sl *slot, kreq kmsg.Request) {
 	g.c.Join(c.s.cfg.Clock(), jr, func(r kafkagroup.JoinResult) {
 		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
 		resp.ErrorCode, resp.Generation, resp.MemberID, resp.LeaderID = r.Err, r.Generation, r.MemberID, r.Leader
+		resp.SkipAssignment = r.SkipAssignment
 		resp.ProtocolType = ptrOrNil(r.ProtocolType)
 		if r.Err == 0 || req.Version < 7 {
 			p := r.Protocol
