@@ -110,37 +110,26 @@ func openKafkaProducers(ctx context.Context, t *Topic, create bool) (*kafkaProdu
 		}
 		kp.m[id] = p
 	}
-	replayed := 0
-	for {
-		es, err := c.ReadEntries(ctx, 256)
-		if err != nil {
-			c.Close(ctx)
-			return nil, err
+	replayed, err := replay(ctx, c, func(e ledger.Entry) bool {
+		if e.Header.Format != ledger.FormatKafka || len(e.Payload) < batchHeaderLen {
+			return false
 		}
-		if len(es) == 0 {
-			break
+		h := decodeHeader(e.Payload)
+		if h.Magic != 2 || h.ProducerID < 0 {
+			return false
 		}
-		for _, e := range es {
-			if e.Header.Format != ledger.FormatKafka {
-				continue
-			}
-			if len(e.Payload) < batchHeaderLen {
-				continue
-			}
-			h := decodeHeader(e.Payload)
-			id, epoch, seq, n := h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.NumRecords
-			if h.Magic != 2 || id < 0 {
-				continue
-			}
-			p := kp.m[id]
-			if p == nil || epoch > p.epoch {
-				p = &kafkaProducer{epoch: epoch}
-				kp.m[id] = p
-			}
-			p.lastUsed = e.Header.PublishTime
-			p.remember(&kafkaBatch{first: seq, last: lastSeq(seq, n), offset: e.Header.FirstOffset, done: storedDone})
-			replayed++
+		p := kp.m[h.ProducerID]
+		if p == nil || h.ProducerEpoch > p.epoch {
+			p = &kafkaProducer{epoch: h.ProducerEpoch}
+			kp.m[h.ProducerID] = p
 		}
+		p.lastUsed = e.Header.PublishTime
+		p.remember(&kafkaBatch{first: h.BaseSequence, last: lastSeq(h.BaseSequence, h.NumRecords),
+			offset: e.Header.FirstOffset, done: storedDone})
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	t.log.Info("Kafka producer state loaded", "producers", len(kp.m), "entries-replayed", replayed)
 	return kp, nil

@@ -460,33 +460,25 @@ func loadDedup(ctx context.Context, t *Topic) (*dedupState, error) {
 			d.persisted[name] = seq
 		}
 	}
-	replayed := 0
-	for {
-		es, err := c.ReadEntries(ctx, 256)
-		if err != nil {
-			c.Close(ctx)
-			return nil, err
+	replayed, err := replay(ctx, c, func(e ledger.Entry) bool {
+		if e.Header.Format != ledger.FormatPulsar {
+			return false
 		}
-		if len(es) == 0 {
-			break
+		md, _, err := ParseEntry(e.Payload)
+		if err != nil || md.ProducerName == nil {
+			return false
 		}
-		for _, e := range es {
-			if e.Header.Format != ledger.FormatPulsar {
-				continue
-			}
-			md, _, err := ParseEntry(e.Payload)
-			if err != nil || md.ProducerName == nil {
-				continue
-			}
-			seq := int64(md.GetSequenceId())
-			if md.HighestSequenceId != nil && int64(md.GetHighestSequenceId()) > seq {
-				seq = int64(md.GetHighestSequenceId())
-			}
-			if seq > d.persisted[md.GetProducerName()] || !d.has(md.GetProducerName()) {
-				d.persisted[md.GetProducerName()] = seq
-			}
-			replayed++
+		seq := int64(md.GetSequenceId())
+		if md.HighestSequenceId != nil && int64(md.GetHighestSequenceId()) > seq {
+			seq = int64(md.GetHighestSequenceId())
 		}
+		if seq > d.persisted[md.GetProducerName()] || !d.has(md.GetProducerName()) {
+			d.persisted[md.GetProducerName()] = seq
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	maps := d.persisted
 	for k, v := range maps {
@@ -494,6 +486,28 @@ func loadDedup(ctx context.Context, t *Topic) (*dedupState, error) {
 	}
 	t.log.Info("deduplication state loaded", "producers", len(d.persisted), "entries-replayed", replayed)
 	return d, nil
+}
+
+// replay passes every entry after c's read position to fn, which says
+// whether it used it; it returns how many it used. On error the cursor
+// is closed.
+func replay(ctx context.Context, c *ledger.Cursor, fn func(ledger.Entry) bool) (int, error) {
+	used := 0
+	for {
+		es, err := c.ReadEntries(ctx, 256)
+		if err != nil {
+			c.Close(ctx)
+			return used, err
+		}
+		if len(es) == 0 {
+			return used, nil
+		}
+		for _, e := range es {
+			if fn(e) {
+				used++
+			}
+		}
+	}
 }
 
 func (d *dedupState) has(name string) bool { _, ok := d.persisted[name]; return ok }

@@ -346,8 +346,9 @@ func (c *Coordinator) Join(now time.Time, req JoinRequest, reply func(JoinResult
 // id is fenced). In a stable group, if the protocol the group would select
 // is unchanged (its metadata may differ: a cooperative member lists the
 // partitions it owns, none after a restart), it keeps its assignment
-// without a rebalance, as in Kafka; a leader does so only if the client
-// can skip the assignment (v9+). Otherwise the group rebalances.
+// without a rebalance, as in Kafka — a leader too: told to skip the
+// assignment (v9+), or answered its old id as the leader's so it acts as
+// a follower. Otherwise the group rebalances.
 func (c *Coordinator) rejoinStatic(now time.Time, g *Group, old *Member, req JoinRequest, reply func(JoinResult)) {
 	oldID := old.ID
 	old.ID = c.newMemberID(g, req)
@@ -363,12 +364,18 @@ func (c *Coordinator) rejoinStatic(now time.Time, g *Group, old *Member, req Joi
 		old.sync = nil
 	}
 	c.update(old, req)
-	keep := g.State == Stable && hasProtocol(old, g.Protocol) && c.selectProtocol(g) == g.Protocol &&
-		(g.Leader != old.ID || req.SkipAssignment)
-	if keep {
+	if g.State == Stable && hasProtocol(old, g.Protocol) && c.selectProtocol(g) == g.Protocol {
 		old.expires = now.Add(old.SessionTimeout)
 		r := c.joinResult(g, old)
-		r.SkipAssignment = g.Leader == old.ID
+		switch {
+		case g.Leader != old.ID:
+		case req.SkipAssignment:
+			r.SkipAssignment = true // v9+: the leader keeps the assignment
+		default:
+			// Before v9 the old leader id is answered, so the client acts
+			// as a follower and syncs for its assignment (as Kafka does).
+			r.Leader, r.Members = oldID, nil
+		}
 		reply(r)
 		c.changed(g)
 		return

@@ -382,9 +382,17 @@ func TestStaticMembership(t *testing.T) {
 		join a2 member= instance=ia skip
 		expect a2 join ok gen=1 leader=a2 members=2 skip
 		state Stable gen=1
-		# ...before v9 the group rebalances.
+		# ...before v9 it is told its old id as the leader's, so it syncs as
+		# a follower: still no rebalance.
 		join a3 member= instance=ia
-		state PreparingRebalance
+		expect a3 join ok gen=1 leader=a2 members=0
+		state Stable gen=1
+		sync a3 instance=ia
+		expect a3 sync ok assignment=for-a
+		# A protocol the others do not support is refused; the group stays.
+		join a4 member= instance=ia protocols=roundrobin
+		expect a4 join INCONSISTENT_GROUP_PROTOCOL
+		state Stable gen=1
 	`)
 }
 

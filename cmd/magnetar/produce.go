@@ -251,41 +251,7 @@ func (a *app) produce(serviceURL string, opts produceOptions, stdin io.Reader) e
 			})
 		return nil
 	}
-	err = func() error {
-		for range opts.Repeat {
-			for _, m := range opts.Messages {
-				if err := send(m); err != nil {
-					return err
-				}
-			}
-		}
-		if !opts.FromStdin {
-			return nil
-		}
-		sc := bufio.NewScanner(stdin)
-		sc.Buffer(make([]byte, 64<<10), maxPerfMessageSize)
-		var lines [][]byte
-		for sc.Scan() {
-			line := append([]byte(nil), sc.Bytes()...)
-			if opts.Repeat > 1 {
-				lines = append(lines, line)
-			}
-			if err := send(line); err != nil {
-				return err
-			}
-		}
-		if err := sc.Err(); err != nil {
-			return fmt.Errorf("reading stdin: %w", err)
-		}
-		for range opts.Repeat - 1 {
-			for _, l := range lines {
-				if err := send(l); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}()
+	err = feedMessages(opts, stdin, send)
 	if ferr := p.FlushWithCtx(context.Background()); ferr != nil && err == nil {
 		err = clientError("flush", serviceURL, ferr)
 	}
@@ -295,6 +261,45 @@ func (a *app) produce(serviceURL string, opts produceOptions, stdin io.Reader) e
 	}
 	fmt.Fprintf(a.stderr, "%d messages produced to %s\n", acked, opts.Topic)
 	return err
+}
+
+// feedMessages passes to send the messages of opts, Repeat times over,
+// then (FromStdin) each line of stdin as it is read, and those lines
+// Repeat-1 times more. It stops at the first error of send or of stdin.
+func feedMessages(opts produceOptions, stdin io.Reader, send func([]byte) error) error {
+	for range opts.Repeat {
+		for _, m := range opts.Messages {
+			if err := send(m); err != nil {
+				return err
+			}
+		}
+	}
+	if !opts.FromStdin {
+		return nil
+	}
+	sc := bufio.NewScanner(stdin)
+	sc.Buffer(make([]byte, 64<<10), maxPerfMessageSize)
+	var lines [][]byte
+	for sc.Scan() {
+		line := append([]byte(nil), sc.Bytes()...)
+		if opts.Repeat > 1 {
+			lines = append(lines, line)
+		}
+		if err := send(line); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading stdin: %w", err)
+	}
+	for range opts.Repeat - 1 {
+		for _, l := range lines {
+			if err := send(l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // formatMessageID is ledger:entry:partition:batch, as Pulsar prints ids,

@@ -4,7 +4,6 @@ package main
 // commands over the Kafka protocol (franz-go), against --kafka-bootstrap.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -108,41 +107,7 @@ func (a *app) produceKafka(addr string, opts produceOptions, stdin io.Reader) er
 		})
 		return nil
 	}
-	err = func() error {
-		for range opts.Repeat {
-			for _, m := range opts.Messages {
-				if err := send(m); err != nil {
-					return err
-				}
-			}
-		}
-		if !opts.FromStdin {
-			return nil
-		}
-		sc := bufio.NewScanner(stdin)
-		sc.Buffer(make([]byte, 64<<10), maxPerfMessageSize)
-		var lines [][]byte
-		for sc.Scan() {
-			line := append([]byte(nil), sc.Bytes()...)
-			if opts.Repeat > 1 {
-				lines = append(lines, line)
-			}
-			if err := send(line); err != nil {
-				return err
-			}
-		}
-		if err := sc.Err(); err != nil {
-			return fmt.Errorf("reading stdin: %w", err)
-		}
-		for range opts.Repeat - 1 {
-			for _, l := range lines {
-				if err := send(l); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}()
+	err = feedMessages(opts, stdin, send)
 	if ferr := cl.Flush(ctx); ferr != nil && err == nil {
 		err = kafkaError("flush", ferr)
 	}

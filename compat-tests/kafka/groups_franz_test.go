@@ -688,8 +688,14 @@ func TestGroupFranzRestart(t *testing.T) {
 				t.Errorf("live member consumed offsets %v, want 0..9 once each", offs)
 			}
 			live.mu.Unlock()
-			if errs := m.errs(); len(errs) > 0 {
-				t.Errorf("live member: %v", errs)
+			// While the server was down the client could not dial it and
+			// says so; anything else is a failure.
+			for _, err := range m.errs() {
+				if msg := err.Error(); strings.Contains(msg, "connection refused") || strings.Contains(msg, "unable to dial") {
+					t.Logf("live member, during the restart: %v", err)
+					continue
+				}
+				t.Errorf("live member: %v", err)
 			}
 		})
 	}

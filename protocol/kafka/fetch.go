@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -101,22 +102,44 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 		maxBytes = s.cfg.MaxRequestSize
 	}
 	for {
+		// Partitions are read in parallel (reads that miss the cache wait
+		// on the bookies), each within its own and the request's limit;
+		// then, in request order, what exceeds the request's MaxBytes is
+		// dropped (the first partition with data is always kept whole).
+		errsOf := make([]error, len(parts))
+		var wg sync.WaitGroup
+		for i, fp := range parts {
+			if fp.fixed {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errsOf[i] = s.readPartition(ctx, fp, maxBytes, true)
+			}()
+		}
+		wg.Wait()
 		total, errs := 0, false
-		for _, fp := range parts {
+		for i, fp := range parts {
 			if fp.fixed {
 				errs = errs || fp.resp.ErrorCode != 0
 				continue
 			}
-			n, err := s.readPartition(ctx, fp, maxBytes-total, total == 0)
-			total += n
-			if err != nil {
+			if err := errsOf[i]; err != nil {
 				fp.resp.ErrorCode, fp.fixed = errCode(err), true
 				fp.resp.RecordBatches = nil
 				if fp.resp.ErrorCode == errUnknownServer {
 					c.log.Warn("Fetch failed", "topic", fp.name, "partition", fp.req.Partition, "err", err)
 				}
 				errs = true
+				continue
 			}
+			n := len(fp.resp.RecordBatches)
+			if total > 0 && total+n > maxBytes {
+				fp.resp.RecordBatches = fp.resp.RecordBatches[:0] // over the request's limit: next time
+				n = 0
+			}
+			total += n
 		}
 		left := deadline.Sub(s.cfg.Clock())
 		if total >= int(req.MinBytes) || total > 0 && errs || left <= 0 || ctx.Err() != nil {
