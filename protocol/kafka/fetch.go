@@ -31,6 +31,8 @@ const (
 	errFetchSessionIDNotFound int16 = 70
 	// maxFetchEntries bounds the entries read from a ledger at once.
 	maxFetchEntries = 64
+	// fetchParallelism is how many partitions of a fetch are read at once.
+	fetchParallelism = 8
 )
 
 type fetchPart struct {
@@ -102,23 +104,35 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 		maxBytes = s.cfg.MaxRequestSize
 	}
 	for {
-		// Partitions are read in parallel (reads that miss the cache wait
-		// on the bookies), each within its own and the request's limit;
-		// then, in request order, what exceeds the request's MaxBytes is
-		// dropped (the first partition with data is always kept whole).
+		// Partitions are read fetchParallelism at a time (reads that miss
+		// the cache wait on the bookies), each within its own and the
+		// request's limit, until the request's MaxBytes is read; then, in
+		// request order, what exceeds MaxBytes is dropped (the first
+		// partition with data is always kept whole).
 		errsOf := make([]error, len(parts))
-		var wg sync.WaitGroup
-		for i, fp := range parts {
-			if fp.fixed {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, errsOf[i] = s.readPartition(ctx, fp, maxBytes, true)
-			}()
+		for _, fp := range parts {
+			fp.resp.RecordBatches = fp.resp.RecordBatches[:0]
 		}
-		wg.Wait()
+		read := 0
+		for i := 0; i < len(parts) && read < maxBytes; {
+			var wg sync.WaitGroup
+			wave := parts[i:min(i+fetchParallelism, len(parts))]
+			for j, fp := range wave {
+				if fp.fixed {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, errsOf[i+j] = s.readPartition(ctx, fp, maxBytes, true)
+				}()
+			}
+			wg.Wait()
+			for _, fp := range wave {
+				read += len(fp.resp.RecordBatches)
+			}
+			i += len(wave)
+		}
 		total, errs := 0, false
 		for i, fp := range parts {
 			if fp.fixed {
