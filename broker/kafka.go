@@ -218,6 +218,12 @@ func (t *Topic) AppendKafka(ctx context.Context, a KafkaAppend, done func(offset
 	}
 }
 
+// KafkaServed counts messages and bytes a Kafka fetch served from t (in
+// the topic's out rates and counters).
+func (t *Topic) KafkaServed(msgs, bytes int64) {
+	t.kafkaOut.add(t.b.cfg.Clock, msgs, bytes)
+}
+
 // kafkaHintsMax bounds the read hints a topic keeps.
 const kafkaHintsMax = 256
 

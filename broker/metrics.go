@@ -313,6 +313,11 @@ func (m *MetricsCollector) sample(ctx context.Context, t *Topic, now time.Time, 
 		s.rateOut += mr
 		s.thruOut += br
 	}
+	s.outMsgs += float64(t.kafkaOut.msgs.Load())
+	s.outBytes += float64(t.kafkaOut.bytes.Load())
+	kmr, kbr := t.kafkaOut.rates(now)
+	s.rateOut += kmr
+	s.thruOut += kbr
 	s.subs = float64(len(cursors))
 	for name, c := range cursors {
 		seen[c] = true

@@ -27,6 +27,7 @@ type Topic struct {
 	closed    bool
 
 	in           flowCounter  // published (topicadmin.go)
+	kafkaOut     flowCounter  // read by Kafka fetches (not tied to a subscription)
 	entriesAdded atomic.Int64 // entries published since loaded
 
 	// dedupMu guards dedup and orders each deduplicated publish with its

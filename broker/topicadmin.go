@@ -994,6 +994,13 @@ func (t *Topic) stats(ctx context.Context) (TopicStats, error) {
 		st.BytesOutCounter += ss.BytesOutCounter
 		st.BacklogSize = max(st.BacklogSize, ss.BacklogSize)
 	}
+	// Kafka consumers fetch without a subscription: their reads count for
+	// the topic.
+	kmr, kbr := t.kafkaOut.rates(now)
+	st.MsgRateOut += kmr
+	st.MsgThroughputOut += kbr
+	st.MsgOutCounter += t.kafkaOut.msgs.Load()
+	st.BytesOutCounter += t.kafkaOut.bytes.Load()
 	return st, nil
 }
 

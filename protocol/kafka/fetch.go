@@ -36,12 +36,13 @@ const (
 )
 
 type fetchPart struct {
-	name  string
-	t     *broker.Topic
-	req   *kmsg.FetchRequestTopicPartition
-	resp  *kmsg.FetchResponseTopicPartition
-	after ledger.Position // last confirmed when read: wait for entries after it
-	fixed bool            // answered with an error: not read again
+	name   string
+	t      *broker.Topic
+	req    *kmsg.FetchRequestTopicPartition
+	resp   *kmsg.FetchResponseTopicPartition
+	after  ledger.Position // last confirmed when read: wait for entries after it
+	fixed  bool            // answered with an error: not read again
+	served int64           // messages from the fetch offset on in RecordBatches
 }
 
 func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
@@ -86,6 +87,9 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 		defer cancel()
 		c.s.fetch(ctx, c, req, parts, c.s.cfg.Clock().Add(wait))
 		for _, fp := range parts {
+			if fp.t != nil && fp.served > 0 && len(fp.resp.RecordBatches) > 0 {
+				fp.t.KafkaServed(fp.served, int64(len(fp.resp.RecordBatches)))
+			}
 			if fp.resp.RecordBatches == nil {
 				// An empty record set, not a null one: librdkafka refuses
 				// null ("invalid MessageSetSize -1").
@@ -111,7 +115,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 		// partition with data is always kept whole).
 		errsOf := make([]error, len(parts))
 		for _, fp := range parts {
-			fp.resp.RecordBatches = fp.resp.RecordBatches[:0]
+			fp.resp.RecordBatches, fp.served = fp.resp.RecordBatches[:0], 0
 		}
 		read := 0
 		for i := 0; i < len(parts) && read < maxBytes; {
@@ -151,7 +155,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 			n := len(fp.resp.RecordBatches)
 			if total > 0 && total+n > maxBytes {
 				fp.resp.RecordBatches = fp.resp.RecordBatches[:0] // over the request's limit: next time
-				n = 0
+				fp.served, n = 0, 0
 			}
 			total += n
 		}
@@ -262,6 +266,10 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 		}
 	}
 	p.RecordBatches = buf
+	fp.served = 0
+	if len(buf) > 0 {
+		fp.served = off - fp.req.FetchOffset
+	}
 	return len(buf), nil
 }
 

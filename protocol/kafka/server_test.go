@@ -274,6 +274,13 @@ func TestProduceFetchAndOffsets(t *testing.T) {
 	if err != nil || len(bs) != 1 || bs[0].Header.BaseOffset != 3 || bs[0].Header.NumRecords != 3 {
 		t.Fatalf("fetched batches %+v, err %v: want one batch at base offset 3 with 3 records", bs, err)
 	}
+	// What Kafka fetches served counts in the topic's out stats: the two
+	// messages from offset 4 on.
+	pn, _ := broker.ParseTopicName("pf-partition-0")
+	st, err := s.broker.TopicStats(context.Background(), pn)
+	if err != nil || st.MsgOutCounter != 2 || st.BytesOutCounter != int64(len(p.RecordBatches)) {
+		t.Fatalf("topic stats after a fetch: out %d msgs %d bytes (%v), want 2 and %d", st.MsgOutCounter, st.BytesOutCounter, err, len(p.RecordBatches))
+	}
 	// Out of range.
 	resp = roundTrip[*kmsg.FetchResponse](c, fetchReq("pf", 7, 0))
 	if code := resp.Topics[0].Partitions[0].ErrorCode; code != errOffsetOutOfRange {
