@@ -176,6 +176,22 @@ func (g *Group) member(id string) *Member {
 	return nil
 }
 
+// identify finds the member a request names: ErrUnknownMemberID if there
+// is none, ErrFencedInstanceID if its static instance now has another
+// member id (or the id belongs to another instance).
+func (g *Group) identify(memberID, instanceID string) (*Member, int16) {
+	m := g.member(memberID)
+	switch {
+	case m == nil && g.byInstance(instanceID) != nil:
+		return nil, ErrFencedInstanceID
+	case m == nil:
+		return nil, ErrUnknownMemberID
+	case instanceID != "" && m.InstanceID != instanceID:
+		return nil, ErrFencedInstanceID
+	}
+	return m, ErrNone
+}
+
 func (g *Group) byInstance(instance string) *Member {
 	if instance == "" {
 		return nil
@@ -577,17 +593,10 @@ func (c *Coordinator) Sync(now time.Time, req SyncRequest, reply func(SyncResult
 		reply(SyncResult{Err: ErrUnknownMemberID})
 		return
 	}
-	m := g.member(req.MemberID)
+	m, code := g.identify(req.MemberID, req.InstanceID)
 	switch {
-	case m == nil:
-		if g.byInstance(req.InstanceID) != nil {
-			reply(SyncResult{Err: ErrFencedInstanceID})
-			return
-		}
-		reply(SyncResult{Err: ErrUnknownMemberID})
-		return
-	case req.InstanceID != "" && m.InstanceID != req.InstanceID:
-		reply(SyncResult{Err: ErrFencedInstanceID})
+	case code != ErrNone:
+		reply(SyncResult{Err: code})
 		return
 	case req.Generation != g.Generation:
 		reply(SyncResult{Err: ErrIllegalGeneration})
@@ -633,15 +642,9 @@ func (c *Coordinator) Heartbeat(now time.Time, group, memberID, instanceID strin
 	if g == nil || g.State == Dead || g.State == Empty {
 		return ErrUnknownMemberID
 	}
-	m := g.member(memberID)
-	switch {
-	case m == nil:
-		if g.byInstance(instanceID) != nil {
-			return ErrFencedInstanceID
-		}
-		return ErrUnknownMemberID
-	case instanceID != "" && m.InstanceID != instanceID:
-		return ErrFencedInstanceID
+	m, code := g.identify(memberID, instanceID)
+	if code != ErrNone {
+		return code
 	}
 	m.expires = now.Add(m.SessionTimeout)
 	switch {
@@ -780,15 +783,10 @@ func (c *Coordinator) CheckCommit(now time.Time, group, memberID, instanceID str
 	if g == nil || g.State == Dead {
 		return ErrUnknownMemberID
 	}
-	m := g.member(memberID)
+	m, code := g.identify(memberID, instanceID)
 	switch {
-	case m == nil:
-		if g.byInstance(instanceID) != nil {
-			return ErrFencedInstanceID
-		}
-		return ErrUnknownMemberID
-	case instanceID != "" && m.InstanceID != instanceID:
-		return ErrFencedInstanceID
+	case code != ErrNone:
+		return code
 	case g.State == CompletingRebalance:
 		return ErrRebalanceInProgress
 	case generation != g.Generation:
