@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: build run test bench lint proto clean compat-franz
+.PHONY: build run test bench lint proto clean compat-franz cluster cluster-down
 
 ## build: compile bin/magnetar
 build:
@@ -19,6 +19,13 @@ run: build
 ## test: install test dependencies (apt, as root), start ZooKeeper, lint, run every test with -race
 test:
 	scripts/test.sh test
+
+## cluster: start a local cluster (ZooKeeper, 3 bookies, a broker) on loopback; cluster-down stops it
+cluster:
+	scripts/cluster.sh up
+
+cluster-down:
+	scripts/cluster.sh down
 
 ## compat-franz: run franz-go's own kgo integration tests against a standalone (also part of test)
 compat-franz:

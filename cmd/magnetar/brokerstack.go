@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,11 @@ type brokerConfig struct {
 	// ServiceURL is the advertised URL of the http listener (not a
 	// setting: the caller fills it in), recorded in the cluster's data.
 	ServiceURL string
+	// Cluster is the cluster's name ("" : standalone's); EnsembleSize,
+	// WriteQuorum and AckQuorum those of new ledgers (0: 1/1/1). Set by
+	// magnetar broker; standalone leaves them.
+	Cluster                              string
+	EnsembleSize, WriteQuorum, AckQuorum int
 }
 
 func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
@@ -162,11 +168,12 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 		return nil, err
 	}
 	if b.ledgers, err = ledger.NewFactory(ledger.Config{Bookies: ledger.ClientBookies(b.bookies), Meta: store, Cache: b.cache,
+		EnsembleSize: cfg.EnsembleSize, WriteQuorum: cfg.WriteQuorum, AckQuorum: cfg.AckQuorum,
 		Logger: log}); err != nil {
 		return nil, err
 	}
 	if b.broker, err = broker.New(broker.Config{Meta: store, Ledgers: b.ledgers, Name: name,
-		Cluster: standaloneCluster, ServiceURL: cfg.ServiceURL, BrokerServiceURL: "pulsar://" + pulsarAdvertised,
+		Cluster: cmp.Or(cfg.Cluster, standaloneCluster), ServiceURL: cfg.ServiceURL, BrokerServiceURL: "pulsar://" + pulsarAdvertised,
 		AutoTopicCreation: cfg.AutoTopicCreation, AutoTopicPartitions: cfg.AutoTopicPartitions,
 		Deduplication: cfg.Deduplication, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer,
 		SchemaCompatibility: cfg.SchemaCompatibility, SchemaValidationEnforced: cfg.SchemaValidation,

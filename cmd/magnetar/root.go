@@ -25,7 +25,7 @@ both the Pulsar and the Kafka protocol on the same topics.
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	defineFlags(root.PersistentFlags(), globalSettings)
-	root.AddCommand(newVersionCommand(a), newStandaloneCommand(a), newBookieCommand(a), newPerfCommand(a),
+	root.AddCommand(newVersionCommand(a), newStandaloneCommand(a), newBrokerCommand(a), newBookieCommand(a), newPerfCommand(a),
 		newAdminCommand(a), newProduceCommand(a), newConsumeCommand(a), newMirrorCommand(a))
 	return root
 }

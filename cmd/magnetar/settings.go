@@ -55,7 +55,7 @@ var standaloneOwnSettings = []setting{
 }
 
 // allSettings lists the settings of every command.
-var allSettings = [][]setting{globalSettings, standaloneSettings, bookieSettings, perfBookieSettings, perfProduceSettings, perfConsumeSettings, perfKafkaSettings, adminSettings, clientSettings, mirrorSettings}
+var allSettings = [][]setting{globalSettings, standaloneSettings, brokerProcessSettings, bookieSettings, perfBookieSettings, perfProduceSettings, perfConsumeSettings, perfKafkaSettings, adminSettings, clientSettings, mirrorSettings}
 
 // fileKeys are the keys a config file may hold: every command's settings
 // except --config itself. One file can serve several commands, so a key
