@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -28,13 +25,7 @@ import (
 // second broker is refused (no ownership yet), and that SIGTERM stops the
 // broker cleanly and deregisters it.
 func TestBrokerProcessOnBookies(t *testing.T) {
-	zkAddr := os.Getenv("MAGNETAR_TEST_ZK")
-	if zkAddr == "" {
-		t.Fatal("MAGNETAR_TEST_ZK is not set: run `make test`, or `scripts/zookeeper.sh start` and export the address it prints")
-	}
-	var r [6]byte
-	rand.Read(r[:])
-	chroot := "/magnetar-broker-test/" + hex.EncodeToString(r[:])
+	zkAddr, chroot := testZKChroot(t, "magnetar-broker-test")
 	store := "zk:" + zkAddr + chroot
 	for i := range 3 {
 		p := startMagnetar(t, "bookie", "--data-dir", filepath.Join(t.TempDir(), fmt.Sprint("b", i)),

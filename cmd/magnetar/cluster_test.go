@@ -25,13 +25,8 @@ import (
 // every acknowledged entry must read back in order after the ledger is
 // closed.
 func TestBookieClusterSurvivesSIGKILL(t *testing.T) {
-	zkAddr := os.Getenv("MAGNETAR_TEST_ZK")
-	if zkAddr == "" {
-		t.Fatal("MAGNETAR_TEST_ZK is not set: run `make test`, or `scripts/zookeeper.sh start` and export the address it prints")
-	}
-	var r [6]byte
-	rand.Read(r[:])
-	store := "zk:" + zkAddr + "/magnetar-cluster-test/" + hex.EncodeToString(r[:])
+	zkAddr, chroot := testZKChroot(t, "magnetar-cluster-test")
+	store := "zk:" + zkAddr + chroot
 
 	procs := map[string]*proc{}
 	for i := range 4 {
@@ -137,4 +132,17 @@ func TestBookieClusterSurvivesSIGKILL(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testZKChroot returns the test ZooKeeper's address (MAGNETAR_TEST_ZK,
+// failing the test if unset) and a fresh chroot under /prefix.
+func testZKChroot(t *testing.T, prefix string) (addr, chroot string) {
+	t.Helper()
+	addr = os.Getenv("MAGNETAR_TEST_ZK")
+	if addr == "" {
+		t.Fatal("MAGNETAR_TEST_ZK is not set: run `make test`, or `scripts/zookeeper.sh start` and export the address it prints")
+	}
+	var r [6]byte
+	rand.Read(r[:])
+	return addr, "/" + prefix + "/" + hex.EncodeToString(r[:])
 }
