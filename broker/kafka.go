@@ -108,6 +108,18 @@ func (b *Broker) KafkaPartitions(ctx context.Context, t TopicName, create bool) 
 // p = 0 of a non-partitioned one. ErrTopicNotFound if there is no such
 // partition (Kafka's UNKNOWN_TOPIC_OR_PARTITION).
 func (b *Broker) KafkaPartition(ctx context.Context, t TopicName, p int32) (*Topic, error) {
+	// Every produce and fetch asks: a loaded topic is answered without
+	// reading the partition count from the metadata store.
+	if p >= 0 {
+		if tp := b.readyTopic(t.PartitionName(int(p))); tp != nil {
+			return tp, nil
+		}
+	}
+	if p == 0 {
+		if tp := b.readyTopic(t); tp != nil {
+			return tp, nil
+		}
+	}
 	n, err := b.storedPartitions(ctx, t)
 	if err != nil {
 		return nil, err
@@ -124,6 +136,22 @@ func (b *Broker) KafkaPartition(ctx context.Context, t TopicName, p int32) (*Top
 // DefaultPartitions is the partition count of topics created without
 // one (auto-topic-partitions).
 func (b *Broker) DefaultPartitions() int { return b.cfg.AutoTopicPartitions }
+
+// readyTopic returns t if it is loaded (not loading, not closed).
+func (b *Broker) readyTopic(t TopicName) *Topic {
+	b.mu.Lock()
+	tl, ok := b.topics[t.String()]
+	b.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	select {
+	case <-tl.done:
+		return tl.t
+	default:
+		return nil
+	}
+}
 
 // KafkaPartitionOf is the Kafka partition number of a loaded topic.
 func (t *Topic) KafkaPartitionOf() int32 {
@@ -203,13 +231,19 @@ func (t *Topic) AppendKafka(ctx context.Context, a KafkaAppend, done func(offset
 	}
 	t.kafkaMu.Lock()
 	if t.kafka == nil {
+		// The first idempotent producer of the topic: its state's cursor
+		// is created without holding kafkaMu (a metadata write). A racing
+		// opener gets the same cursor; the first to install wins.
+		t.kafkaMu.Unlock()
 		kp, err := openKafkaProducers(ctx, t, true)
 		if err != nil {
-			t.kafkaMu.Unlock()
 			done(-1, err)
 			return
 		}
-		t.kafka = kp
+		t.kafkaMu.Lock()
+		if t.kafka == nil {
+			t.kafka = kp
+		}
 	}
 	wait := t.kafka.appendLocked(a, stored)
 	t.kafkaMu.Unlock()

@@ -28,6 +28,7 @@ package kafkagroup
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -234,15 +235,7 @@ func (c *Coordinator) Groups() []*Group {
 	for _, g := range c.groups {
 		out = append(out, g)
 	}
-	slices.SortFunc(out, func(a, b *Group) int {
-		if a.ID < b.ID {
-			return -1
-		}
-		if a.ID > b.ID {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *Group) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -326,7 +319,7 @@ func (c *Coordinator) Join(now time.Time, req JoinRequest, reply func(JoinResult
 		g.Members = append(g.Members, m)
 		c.update(m, req)
 		m.join = reply
-		c.prepareRebalance(now, g, "member joined")
+		c.prepareRebalance(now, g)
 		if g.delayLimit.After(now) { // a group that was empty: wait for more
 			g.delayUntil = minTime(now.Add(c.cfg.InitialRebalanceDelay), g.delayLimit)
 		}
@@ -349,11 +342,11 @@ func (c *Coordinator) Join(now time.Time, req JoinRequest, reply func(JoinResult
 			reply(c.joinResult(g, m))
 			return
 		}
-		c.prepareRebalance(now, g, "member rejoined")
+		c.prepareRebalance(now, g)
 	case CompletingRebalance:
-		c.prepareRebalance(now, g, "member rejoined during the assignment")
+		c.prepareRebalance(now, g)
 	case Empty:
-		c.prepareRebalance(now, g, "member joined")
+		c.prepareRebalance(now, g)
 	}
 	c.maybeCompleteJoin(now, g)
 }
@@ -397,7 +390,7 @@ func (c *Coordinator) rejoinStatic(now time.Time, g *Group, old *Member, req Joi
 		return
 	}
 	old.join = reply
-	c.prepareRebalance(now, g, "static member rejoined")
+	c.prepareRebalance(now, g)
 	c.maybeCompleteJoin(now, g)
 }
 
@@ -462,7 +455,7 @@ func hasProtocol(m *Member, name string) bool {
 	return false
 }
 
-func (c *Coordinator) prepareRebalance(now time.Time, g *Group, why string) {
+func (c *Coordinator) prepareRebalance(now time.Time, g *Group) {
 	if g.State == PreparingRebalance {
 		return
 	}
@@ -482,7 +475,6 @@ func (c *Coordinator) prepareRebalance(now time.Time, g *Group, why string) {
 		g.delayLimit = g.rebalanceDeadline
 		g.delayUntil = minTime(now.Add(c.cfg.InitialRebalanceDelay), g.delayLimit)
 	}
-	_ = why
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -689,7 +681,7 @@ func (c *Coordinator) Leave(now time.Time, group string, members []LeaveMember) 
 		left++
 	}
 	if left > 0 {
-		c.membersGone(now, g, "members left")
+		c.membersGone(now, g)
 	}
 	top := ErrNone
 	if len(members) == 1 {
@@ -711,14 +703,14 @@ func (c *Coordinator) remove(g *Group, m *Member) {
 }
 
 // membersGone moves a group on after members were removed.
-func (c *Coordinator) membersGone(now time.Time, g *Group, why string) {
+func (c *Coordinator) membersGone(now time.Time, g *Group) {
 	if len(g.Members) == 0 && g.State != PreparingRebalance {
 		g.State, g.Protocol, g.Leader = Empty, "", ""
 		g.Generation++
 		c.changed(g)
 		return
 	}
-	c.prepareRebalance(now, g, why)
+	c.prepareRebalance(now, g)
 	c.maybeCompleteJoin(now, g)
 }
 
@@ -740,7 +732,7 @@ func (c *Coordinator) Tick(now time.Time) {
 			c.remove(g, m)
 		}
 		if len(expired) > 0 {
-			c.membersGone(now, g, "session expired")
+			c.membersGone(now, g)
 		}
 		c.maybeCompleteJoin(now, g)
 	}

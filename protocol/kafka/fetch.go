@@ -128,7 +128,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, errsOf[i+j] = s.readPartition(ctx, fp, maxBytes, true)
+					errsOf[i+j] = s.readPartition(ctx, fp, maxBytes)
 				}()
 			}
 			wg.Wait()
@@ -205,9 +205,9 @@ func (s *Server) waitNew(ctx context.Context, parts []*fetchPart, d time.Duratio
 }
 
 // readPartition fills fp.resp with the record batches from the fetch
-// offset on, within budget bytes (but at least one batch if first), and
-// returns how many bytes it put there.
-func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, first bool) (int, error) {
+// offset on, within budget bytes but at least one batch (the fetch drops
+// what exceeds the request's MaxBytes).
+func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) error {
 	ml := fp.t.ManagedLedger()
 	fp.after = ml.LastConfirmed()
 	hw := ml.NextOffset()
@@ -217,7 +217,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 	p.RecordBatches = p.RecordBatches[:0]
 	off := fp.req.FetchOffset
 	if off < start || off > hw {
-		return 0, fmt.Errorf("%w: offset %d, the partition holds %d..%d", ledger.ErrOffsetOutOfRange, off, start, hw)
+		return fmt.Errorf("%w: offset %d, the partition holds %d..%d", ledger.ErrOffsetOutOfRange, off, start, hw)
 	}
 	budget = min(budget, int(fp.req.PartitionMaxBytes))
 	buf := p.RecordBatches
@@ -230,7 +230,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 			if len(buf) > 0 {
 				break // serve what was read; the error comes back next time
 			}
-			return 0, err
+			return err
 		}
 		if len(es) == 0 {
 			break
@@ -253,7 +253,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 					buf = buf[:before]
 				}
 			}
-			if len(buf) > budget && !(first && before == 0) {
+			if len(buf) > budget && before > 0 {
 				buf = buf[:before]
 				off = hw // stop
 				break
@@ -270,7 +270,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int, f
 	if len(buf) > 0 {
 		fp.served = off - fp.req.FetchOffset
 	}
-	return len(buf), nil
+	return nil
 }
 
 // readAt reads up to n entries from the one holding offset: from where a

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -351,7 +352,7 @@ func handleListGroups(c *conn, sl *slot, kreq kmsg.Request) {
 	defer g.mu.Unlock()
 	for _, gr := range g.c.Groups() {
 		state := gr.State.String()
-		if len(req.StatesFilter) > 0 && !contains(req.StatesFilter, state) {
+		if len(req.StatesFilter) > 0 && !slices.Contains(req.StatesFilter, state) {
 			continue
 		}
 		lg := kmsg.NewListGroupsResponseGroup()
@@ -359,21 +360,12 @@ func handleListGroups(c *conn, sl *slot, kreq kmsg.Request) {
 		if lg.ProtocolType == "" {
 			lg.ProtocolType = "consumer"
 		}
-		if len(req.TypesFilter) > 0 && !contains(req.TypesFilter, "classic") {
+		if len(req.TypesFilter) > 0 && !slices.Contains(req.TypesFilter, "classic") {
 			continue
 		}
 		resp.Groups = append(resp.Groups, lg)
 	}
 	sl.finish(resp)
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func handleDeleteGroups(c *conn, sl *slot, kreq kmsg.Request) {

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -82,7 +83,7 @@ func listOffset(ctx context.Context, ml *ledger.ManagedLedger, ts int64) (offset
 		return es[0].Header.NextOffset() - 1, es[0].Header.PublishTime, nil
 	}
 	if ts < 0 {
-		return -1, -1, errors.New("invalid timestamp")
+		return -1, -1, fmt.Errorf("%w: timestamp %d (-1 latest, -2 earliest, -3 max timestamp)", broker.ErrInvalidRequest, ts)
 	}
 	e, err := ml.FindTime(ctx, time.UnixMilli(ts))
 	if errors.Is(err, ledger.ErrOffsetOutOfRange) {
