@@ -64,6 +64,10 @@ const (
 	DefaultMaxPendingPublishesPerTopic = 0 // unbounded: producers bound themselves
 	DefaultMessageExpiryCheckInterval  = time.Minute
 	DefaultBacklogQuotaCheckInterval   = time.Minute
+	DefaultOwnershipLossTimeout        = 30 * time.Second
+	DefaultLoadReportInterval          = 10 * time.Second
+	DefaultLoadShedInterval            = time.Minute
+	DefaultLoadShedThreshold           = 1.5
 )
 
 // Config configures a Broker. It is validated once, by New.
@@ -121,6 +125,27 @@ type Config struct {
 	KafkaTenant    string
 	KafkaNamespace string
 
+	// Advertised is how clients reach this broker (ID, PulsarURL, WebURL,
+	// Kafka host and port); lookups answer with it and it is registered
+	// under /brokers. ID defaults to Name. NodeID and Instance are set by
+	// the broker.
+	Advertised BrokerInfo
+	// Version is recorded in the broker's registration.
+	Version string
+	// OwnershipLossTimeout: a broker cut off from the metadata store this
+	// long gives up its bundles (closes their topics), as its session may
+	// have expired and another broker may own them. Default 30 s; set it
+	// to the store's session timeout.
+	OwnershipLossTimeout time.Duration
+	// LoadReportInterval: how often the broker's load is written into its
+	// registration (default 10 s). LoadShedInterval: how often it checks
+	// whether to shed a bundle (default 1 min; negative: never);
+	// LoadShedThreshold: how far above the cluster's average it must be
+	// (default 1.5). See load.go.
+	LoadReportInterval time.Duration
+	LoadShedInterval   time.Duration
+	LoadShedThreshold  float64
+
 	// Clock gives the time of broker-side decisions. Default time.Now.
 	Clock  func() time.Time
 	Logger *slog.Logger
@@ -177,6 +202,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.OwnershipLossTimeout <= 0 {
+		c.OwnershipLossTimeout = DefaultOwnershipLossTimeout
+	}
+	if c.LoadReportInterval <= 0 {
+		c.LoadReportInterval = DefaultLoadReportInterval
+	}
+	if c.LoadShedInterval == 0 {
+		c.LoadShedInterval = DefaultLoadShedInterval
+	}
+	if c.LoadShedThreshold == 0 {
+		c.LoadShedThreshold = DefaultLoadShedThreshold
+	}
+	if c.LoadShedThreshold < 1 {
+		return c, fmt.Errorf("broker: LoadShedThreshold %v: want ≥ 1", c.LoadShedThreshold)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -218,7 +258,8 @@ type Broker struct {
 	kafkaIDs    kafkaProducerIDs
 	consumerSeq atomic.Uint64
 
-	enforce *enforcer // periodic enforcement of namespace policies (enforce.go)
+	enforce *enforcer  // periodic enforcement of namespace policies (enforce.go)
+	own     *ownership // bundle ownership (ownership.go)
 
 	mu     sync.Mutex
 	topics map[string]*topicLoad
@@ -245,6 +286,11 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, schemas: schemas, topics: map[string]*topicLoad{}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.startOwnership(ctx); err != nil {
+		return nil, err
+	}
 	b.enforce = b.startEnforcing()
 	return b, nil
 }
@@ -391,6 +437,9 @@ func (b *Broker) loadTopic(ctx context.Context, t TopicName, create bool) (*Topi
 	if err != nil {
 		return nil, err
 	}
+	if err := b.ensureOwned(ctx, t); err != nil {
+		return nil, err
+	}
 	if !exists {
 		mode, _, err := b.autoCreation(ctx, t)
 		if err != nil {
@@ -418,6 +467,13 @@ func (b *Broker) loadTopic(ctx context.Context, t TopicName, create bool) (*Topi
 		defer cancel()
 		ml.Close(cctx)
 		return nil, err
+	}
+	if !b.ownsTopic(t) {
+		// The bundle was given up while the topic loaded.
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tp.Close(cctx)
+		return nil, fmt.Errorf("%w: %s", ErrBundleUnloading, t)
 	}
 	b.log.Info("topic loaded", "topic", t.String(), "created", !exists)
 	return tp, nil
@@ -492,6 +548,9 @@ func (b *Broker) children(ctx context.Context, p string) ([]string, error) {
 // cursors and managed ledgers closed.
 func (b *Broker) Close(ctx context.Context) error {
 	b.stopEnforcing()
+	// Bundles are handed over first: their topics close and other brokers
+	// may take them; what is left (loads in progress) closes below.
+	ownErr := b.own.close(ctx)
 	b.mu.Lock()
 	b.closed = true
 	loads := make([]*topicLoad, 0, len(b.topics))
@@ -512,7 +571,7 @@ func (b *Broker) Close(ctx context.Context) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, ownErr)...)
 }
 
 // nextProducerName is a broker-assigned producer name, unique in this

@@ -97,10 +97,35 @@ func (b *Broker) KafkaPartitions(ctx context.Context, t TopicName, create bool) 
 	if !create {
 		return 0, fmt.Errorf("%w: %s", ErrTopicNotFound, t)
 	}
-	if _, err := b.Topic(ctx, t, true); err != nil {
+	mode, _, err := b.autoCreation(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	if mode == AutoCreateOff {
+		return 0, fmt.Errorf("%w: %s", ErrTopicNotFound, t)
+	}
+	// Created, not loaded: its owner (maybe another broker) loads it.
+	if err := b.CreateTopic(ctx, t); err != nil && !errors.Is(err, ErrAlreadyExists) {
 		return 0, err
 	}
 	return 1, nil
+}
+
+// KafkaPartitionNames returns the topics serving the Kafka partitions of
+// t: its partitions if it is partitioned, else t itself.
+func (b *Broker) KafkaPartitionNames(ctx context.Context, t TopicName) ([]TopicName, error) {
+	n, err := b.storedPartitions(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return []TopicName{t}, nil
+	}
+	out := make([]TopicName, n)
+	for i := range n {
+		out[i] = t.PartitionName(i)
+	}
+	return out, nil
 }
 
 // KafkaPartition returns the loaded topic serving Kafka partition p of t
@@ -218,6 +243,7 @@ func (t *Topic) AppendKafka(ctx context.Context, a KafkaAppend, done func(offset
 			err = fmt.Errorf("%w: %s: %w", ErrTopicTerminated, t.name, err)
 		}
 		if err != nil {
+			t.appendFailed(err)
 			done(-1, err)
 			return
 		}

@@ -46,6 +46,7 @@ type Topic struct {
 	// backlog quota that holds or rejects producers (quota.go).
 	kafkaBlocked atomic.Pointer[error]
 	hints        kafkaHints // where Kafka fetches go on (kafka.go)
+	fencedOnce   sync.Once  // closing after fencing (ownership.go)
 }
 
 func newTopic(b *Broker, name TopicName, ml *ledger.ManagedLedger) *Topic {
@@ -413,6 +414,7 @@ func (p *Producer) Publish(req PublishRequest, done func(PublishResult)) {
 			err = fmt.Errorf("%w: %s: %w", ErrTopicTerminated, t.name, err)
 		}
 		if err != nil {
+			t.appendFailed(err)
 			done(PublishResult{Err: err})
 			return
 		}

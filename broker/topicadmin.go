@@ -248,22 +248,35 @@ func (t *Topic) delete(ctx context.Context, force bool) error {
 	return nil
 }
 
-// UnloadTopic closes t if it is loaded (clients reconnect and load it
-// again). ErrTopicNotFound if it does not exist; a partitioned topic's
-// partitions are unloaded.
+// UnloadTopic unloads t (each partition of a partitioned topic): with
+// other brokers live, the bundle holding it is given up so that the
+// topic moves (with the rest of its bundle); alone, the broker closes the
+// topic and clients load it again here. Either way clients reconnect.
+// ErrTopicNotFound if it does not exist; a *NotOwnerError if another
+// broker serves it.
 func (b *Broker) UnloadTopic(ctx context.Context, t TopicName) error {
 	return b.eachPartition(ctx, t, func(t TopicName) error {
 		exists, err := b.topicExists(ctx, t)
 		if err != nil {
 			return err
 		}
+		if !exists && !t.IsPartition() {
+			return fmt.Errorf("%w: %s", ErrTopicNotFound, t)
+		}
+		l, err := b.LookupTopic(ctx, t, false)
+		if err != nil {
+			return err
+		}
+		if !l.Self && !l.Assigned {
+			return &NotOwnerError{Topic: t.String(), Owner: l.Owner}
+		}
+		if moved, err := b.unloadTopicBundle(ctx, t); err != nil || moved {
+			return err
+		}
 		b.mu.Lock()
 		tl := b.topics[t.String()]
 		b.mu.Unlock()
 		if tl == nil {
-			if !exists && !t.IsPartition() {
-				return fmt.Errorf("%w: %s", ErrTopicNotFound, t)
-			}
 			return nil
 		}
 		select {
@@ -276,6 +289,15 @@ func (b *Broker) UnloadTopic(ctx context.Context, t TopicName) error {
 		}
 		return tl.t.Close(ctx)
 	})
+}
+
+// PartitionNames returns the partitions of t if it is partitioned, else
+// t itself.
+func (b *Broker) PartitionNames(ctx context.Context, t TopicName) ([]TopicName, error) {
+	if t.IsPartition() {
+		return []TopicName{t}, nil
+	}
+	return b.KafkaPartitionNames(ctx, t)
 }
 
 // eachPartition calls f for every partition of t if t is partitioned,

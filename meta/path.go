@@ -35,6 +35,15 @@ const (
 	LedgerIDCounterPath = LedgersRoot + "/idgen"
 )
 
+// Auto-recovery (bookie/autorecovery) keeps its state under
+// UnderReplicationRoot, beside the ledger buckets (whose names are numbers).
+const (
+	UnderReplicationRoot       = LedgersRoot + "/underreplication"
+	AuditorPath                = UnderReplicationRoot + "/auditor" // ephemeral: the elected auditor
+	UnderReplicatedLedgersRoot = UnderReplicationRoot + "/ledgers" // a mark per under-replicated ledger, /<id>
+	ReplicationLocksRoot       = UnderReplicationRoot + "/locks"   // ephemeral lock per ledger being re-replicated, /<id>
+)
+
 // LedgerPath is the metadata node of ledger id.
 func LedgerPath(id int64) string {
 	return Join(LedgersRoot, strconv.FormatInt(id/LedgerBucketSize, 10), strconv.FormatInt(id, 10))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A local Magnetar cluster on loopback: a real ZooKeeper, three bookies and
-# a broker, each a process with its own data dir, ports and log.
+# two brokers, each a process with its own data dir, ports and log.
 #
 #   scripts/cluster.sh up       # build bin/magnetar, start everything, wait until it serves
 #   scripts/cluster.sh down     # stop everything (SIGTERM) and remove the cluster's files
@@ -10,9 +10,11 @@
 #   MAGNETAR_CLUSTER_DIR  state: data dirs, logs, pid files (default /tmp/magnetar-cluster)
 #   MAGNETAR_CLUSTER_ZK_PORT  ZooKeeper's client port (default 22181)
 #
-# Ports: bookies 127.0.0.1:23181-23183; broker Pulsar 127.0.0.1:6650,
-# Kafka 127.0.0.1:9092, HTTP 127.0.0.1:8080. Ledgers are 3/2/2. One broker
-# for now: several need topic ownership (docs/operations.md).
+# Ports: bookies 127.0.0.1:23181-23183; broker-1 Pulsar 127.0.0.1:6650,
+# Kafka 127.0.0.1:9092, HTTP 127.0.0.1:8080; broker-2 Pulsar 127.0.0.1:6651,
+# Kafka 127.0.0.1:9093, HTTP 127.0.0.1:8081. Ledgers are 3/2/2. Clients list
+# both brokers (pulsar://127.0.0.1:6650,127.0.0.1:6651; Kafka bootstrap
+# 127.0.0.1:9092,127.0.0.1:9093) and reach every topic through lookups.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,13 +72,17 @@ up)
 		start "bookie-$i" "magnetar bookie ready" bookie --metadata-store "$STORE" --data-dir "$DIR/bookie-$i" \
 			--bookie-listen "127.0.0.1:2318$i"
 	done
-	start broker "magnetar broker ready" broker --metadata-store "$STORE" --cluster local \
-		--pulsar-listen 127.0.0.1:6650 --kafka-listen 127.0.0.1:9092 --http-listen 127.0.0.1:8080 \
-		--managed-ledger-ensemble-size 3 --managed-ledger-write-quorum 2 --managed-ledger-ack-quorum 2
-	log "up: Pulsar pulsar://127.0.0.1:6650, Kafka 127.0.0.1:9092, HTTP http://127.0.0.1:8080 (metadata $STORE)"
+	for i in 1 2; do
+		start "broker-$i" "magnetar broker ready" broker --metadata-store "$STORE" --cluster local \
+			--pulsar-listen "127.0.0.1:665$((i - 1))" --kafka-listen "127.0.0.1:909$((i + 1))" \
+			--http-listen "127.0.0.1:808$((i - 1))" --zk-session-timeout 10s \
+			--managed-ledger-ensemble-size 3 --managed-ledger-write-quorum 2 --managed-ledger-ack-quorum 2
+	done
+	log "up: Pulsar pulsar://127.0.0.1:6650,127.0.0.1:6651, Kafka 127.0.0.1:9092,127.0.0.1:9093," \
+		"HTTP http://127.0.0.1:8080 and :8081 (metadata $STORE)"
 	;;
 down)
-	stop broker
+	for i in 2 1; do stop "broker-$i"; done
 	for i in 3 2 1; do stop "bookie-$i"; done
 	zk stop >&2 || true
 	rm -rf "$DIR"
@@ -84,11 +90,13 @@ down)
 	;;
 status)
 	rc=0
-	for name in bookie-1 bookie-2 bookie-3 broker; do
+	for name in bookie-1 bookie-2 bookie-3 broker-1 broker-2; do
 		if alive "$name"; then echo "$name: running (pid $(cat "$DIR/$name.pid"), log $DIR/$name.log)"; else echo "$name: not running"; rc=1; fi
 	done
 	if zk status >/dev/null 2>&1; then echo "zookeeper: running on 127.0.0.1:$ZK_PORT"; else echo "zookeeper: not running"; rc=1; fi
-	if curl -fs http://127.0.0.1:8080/status >/dev/null 2>&1; then echo "broker: serving (http://127.0.0.1:8080/status)"; else echo "broker: not serving"; rc=1; fi
+	for port in 8080 8081; do
+		if curl -fs "http://127.0.0.1:$port/status" >/dev/null 2>&1; then echo "broker :$port: serving (http://127.0.0.1:$port/status)"; else echo "broker :$port: not serving"; rc=1; fi
+	done
 	exit $rc
 	;;
 *)

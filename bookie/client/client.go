@@ -82,7 +82,12 @@ func New(cfg Config) (*Client, error) {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 10 * time.Second
 	}
-	ids, err := meta.NewIDGenerator(cfg.Meta, meta.LedgerIDCounterPath, 1000)
+	// One id at a time, not a block: ledger ids must grow along every
+	// managed ledger, whose successive ledgers may be created by different
+	// brokers (ownership moves); a block reserved earlier by one broker
+	// could hold ids below another's latest. A ledger is created at a
+	// rollover, so the extra metadata write is rare.
+	ids, err := meta.NewIDGenerator(cfg.Meta, meta.LedgerIDCounterPath, 1)
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,8 @@ Namespaces are tenant/namespace.
 		newAdminTenantsCommand(a),
 		newAdminNamespacesCommand(a),
 		newAdminTopicsCommand(a),
+		newAdminBookiesCommand(a),
+		newAdminBrokersCommand(a),
 	)
 	return cmd
 }
@@ -558,6 +560,7 @@ destination_storage quota) or by the age of its oldest message
 			Example: "  magnetar admin namespaces remove-auto-topic-creation public/default"}, "DELETE", "/autoTopicCreation", nil, nil, "removed the auto topic creation of %s"),
 	)
 	setBQ.Args = cobra.ExactArgs(1)
+	cmd.AddCommand(a.bundleCommands()...)
 	return cmd
 }
 

@@ -8,10 +8,13 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/magnetar-io/magnetar/bookie"
+	"github.com/magnetar-io/magnetar/bookie/autorecovery"
+	"github.com/magnetar-io/magnetar/bookie/client"
 	"github.com/magnetar-io/magnetar/bookie/journal"
 	"github.com/magnetar-io/magnetar/bookie/storage"
 	"github.com/magnetar-io/magnetar/meta"
@@ -38,6 +41,9 @@ var bookieSettings = append([]setting{
 	{"advertised-host", "", "host", "host clients dial and the bookie's identity (default: the host of bookie-listen, or this machine's hostname for 0.0.0.0)"},
 	{"metadata-store", "local:", "url", "metadata store: zk:HOST:PORT[,HOST:PORT...][/CHROOT] for a cluster; local: (embedded, in <data-dir>/meta) for a single machine"},
 	{"zk-session-timeout", "30s", "duration", "ZooKeeper session timeout, for zk: metadata stores"},
+	{"autorecovery", "true", "bool", "run auto-recovery: take part in the election of the cluster's auditor, and re-replicate the ledgers of lost bookies"},
+	{"autorecovery-audit-interval", "60s", "duration", "auto-recovery: how often the auditor checks every ledger (besides on every change of the available bookies)"},
+	{"autorecovery-grace-period", "30s", "duration", "auto-recovery: how long a bookie must be gone before its ledgers are re-replicated (a restart within it copies nothing)"},
 }, bookieStorageSettings...)
 
 func newBookieCommand(a *app) *cobra.Command {
@@ -53,6 +59,10 @@ also written to entry logs and indexed. The bookie registers itself in the
 metadata store under /bookies/available/<host:port> and checks the cookie in
 its directories against the metadata store, so a bookie whose disk was wiped
 cannot rejoin under its old identity.
+
+With autorecovery (the default), bookies elect one auditor among them that
+marks the ledgers of bookies gone for longer than the grace period, and each
+bookie re-replicates marked ledgers to the others (docs/bookies.md).
 
 Stops on SIGTERM or SIGINT: deregisters, answers requests in flight, closes
 storage. A second signal exits at once.
@@ -72,8 +82,11 @@ storage. A second signal exits at once.
 
 type bookieConfig struct {
 	nodeConfig
-	Listen  string
-	Storage storage.Options
+	Listen       string
+	Storage      storage.Options
+	AutoRecovery bool
+	// AuditInterval and GracePeriod configure auto-recovery.
+	AuditInterval, GracePeriod time.Duration
 }
 
 func parseBool(s string) (bool, error) {
@@ -148,7 +161,17 @@ func resolveBookie(sv *settingValues) (bookieConfig, error) {
 	if cfg.nodeConfig, err = resolveNode(sv, bookieSettings); err != nil {
 		return cfg, err
 	}
-	if cfg.Listen, err = check(sv, lookupSetting(bookieSettings, "bookie-listen"), parseListen); err != nil {
+	s := func(name string) setting { return lookupSetting(bookieSettings, name) }
+	if cfg.Listen, err = check(sv, s("bookie-listen"), parseListen); err != nil {
+		return cfg, err
+	}
+	if cfg.AutoRecovery, err = check(sv, s("autorecovery"), parseBool); err != nil {
+		return cfg, err
+	}
+	if cfg.AuditInterval, err = check(sv, s("autorecovery-audit-interval"), parsePositiveDuration); err != nil {
+		return cfg, err
+	}
+	if cfg.GracePeriod, err = check(sv, s("autorecovery-grace-period"), parsePositiveDuration); err != nil {
 		return cfg, err
 	}
 	cfg.Storage, err = resolveStorage(sv, cfg.DataDir)
@@ -220,8 +243,36 @@ func (a *app) bookie(cfg bookieConfig) error {
 		store.Close()
 		return err
 	}
-	log.Info("magnetar bookie ready", "id", b.ID(), "listen", cfg.Listen, "data-dir", cfg.DataDir, "metadata-store", cfg.MetadataStore.String())
+	stopRecovery := func() {}
+	if cfg.AutoRecovery {
+		if stopRecovery, err = startAutoRecovery(cfg, b.ID(), store, log); err != nil {
+			return errors.Join(err, b.Shutdown(context.Background()), store.Close())
+		}
+	}
+	log.Info("magnetar bookie ready", "id", b.ID(), "listen", cfg.Listen, "data-dir", cfg.DataDir,
+		"metadata-store", cfg.MetadataStore.String(), "autorecovery", cfg.AutoRecovery)
 	return awaitShutdown(log, sigs, nil, func(ctx context.Context) error {
+		stopRecovery()
 		return errors.Join(b.Shutdown(ctx), store.Close())
 	}, shutdownTimeout)
+}
+
+// startAutoRecovery starts the auditor candidate and the replication
+// worker of bookie id (see bookie/autorecovery) and returns what stops
+// them.
+func startAutoRecovery(cfg bookieConfig, id string, store meta.Store, log *slog.Logger) (stop func(), err error) {
+	c, err := client.New(client.Config{Meta: store, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("auto-recovery: %w", err)
+	}
+	svc, err := autorecovery.Start(autorecovery.Config{Meta: store, Client: c, BookieID: id,
+		AuditInterval: cfg.AuditInterval, GracePeriod: cfg.GracePeriod, Logger: log.With("component", "autorecovery")})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return func() {
+		svc.Close()
+		c.Close()
+	}, nil
 }

@@ -5,11 +5,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +32,9 @@ var brokerProcessSettings = append([]setting{
 	{"managed-ledger-ensemble-size", "2", "count", "bookies each new ledger is striped over (E)"},
 	{"managed-ledger-write-quorum", "2", "count", "bookies each entry is written to (Qw, at most E)"},
 	{"managed-ledger-ack-quorum", "2", "count", "bookies that must acknowledge an entry before it is acknowledged (Qa, at most Qw)"},
+	{"load-report-interval", "10s", "duration", "how often the broker writes its load (bundles, topics, message rates, CPU) into its registration, where new bundles are assigned from"},
+	{"load-shed-interval", "1m", "duration", "how often the broker checks whether it is far above the cluster's average load and unloads a bundle (0: never)"},
+	{"load-shed-threshold", "1.5", "ratio", "shed a bundle when this broker's bundles or message rate exceed this many times the cluster's average"},
 }, brokerSettings...)
 
 func newBrokerCommand(a *app) *cobra.Command {
@@ -48,11 +51,14 @@ E/Qw/Qa as the managed-ledger-* settings say. It holds no data itself.
 
 On first start it creates the cluster --cluster, tenant public and
 namespace public/default (later starts find them). It registers itself under
-/brokers/<pulsar host:port> as an ephemeral node.
+/brokers/<pulsar host:port> as an ephemeral node, with its load.
 
-One broker per cluster for now: topic ownership, which lets several brokers
-share the topics, is not implemented yet, so a broker refuses to start while
-another one is registered. See docs/operations.md.
+Run as many brokers as you like: each namespace is split into bundles, and
+each bundle is served by one broker at a time, the one holding its node
+under /namespace in ZooKeeper. Lookups (Pulsar LOOKUP, HTTP lookup, Kafka
+Metadata) send clients to the owner; a bundle nobody owns goes to the least
+loaded broker; when a broker stops or dies, the others take its bundles.
+See docs/operations.md.
 
 Stops on SIGTERM or SIGINT like magnetar standalone.
 ` + configHelp,
@@ -123,7 +129,24 @@ func resolveBrokerProcess(sv *settingValues) (brokerProcessConfig, error) {
 		return cfg, fmt.Errorf("managed-ledger quorums %d/%d/%d: want ensemble ≥ write quorum ≥ ack quorum ≥ 1", q[0], q[1], q[2])
 	}
 	cfg.Broker.EnsembleSize, cfg.Broker.WriteQuorum, cfg.Broker.AckQuorum = q[0], q[1], q[2]
-	return cfg, nil
+	cfg.Broker.OwnershipLossTimeout = cfg.ZKSessionTimeout
+	if cfg.Broker.LoadReportInterval, err = check(sv, s("load-report-interval"), parsePositiveDuration); err != nil {
+		return cfg, err
+	}
+	if cfg.Broker.LoadShedInterval, err = check(sv, s("load-shed-interval"), parseDurationMin0); err != nil {
+		return cfg, err
+	}
+	if cfg.Broker.LoadShedInterval == 0 {
+		cfg.Broker.LoadShedInterval = -1 // never, as asked
+	}
+	cfg.Broker.LoadShedThreshold, err = check(sv, s("load-shed-threshold"), func(v string) (float64, error) {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 1 {
+			return 0, errors.New("want a ratio of at least 1, such as 1.5")
+		}
+		return f, nil
+	})
+	return cfg, err
 }
 
 func parseClusterName(v string) (string, error) {
@@ -131,16 +154,6 @@ func parseClusterName(v string) (string, error) {
 		return "", errors.New("want a name of letters, digits and -_.")
 	}
 	return v, nil
-}
-
-// brokerRegistration is the value of a broker's /brokers node.
-type brokerRegistration struct {
-	PulsarURL  string `json:"pulsarServiceUrl"`
-	WebURL     string `json:"webServiceUrl"`
-	KafkaAddr  string `json:"kafkaAddress"`
-	Cluster    string `json:"cluster"`
-	StartedAt  int64  `json:"startedAtMs"`
-	AppVersion string `json:"version"`
 }
 
 func (a *app) runBrokerProcess(cfg brokerProcessConfig) error {
@@ -233,9 +246,6 @@ func startBrokerProcess(ctx context.Context, cfg brokerProcessConfig, log *slog.
 	}
 	closers = append(closers, func() { r.store.Close() })
 	self := r.pulsarAdvertised
-	if err := claimBrokerSlot(ctx, r.store, self); err != nil {
-		return nil, err
-	}
 
 	cfg.Broker.ServiceURL = webURL
 	reg := newMetricsRegistry(currentBuild())
@@ -248,43 +258,12 @@ func startBrokerProcess(ctx context.Context, cfg brokerProcessConfig, log *slog.
 		return nil, err
 	}
 	if err = admin.RegisterAPI(r.http, admin.APIConfig{Broker: r.broker.broker, Cluster: cfg.Broker.Cluster,
-		BrokerServiceURL: "pulsar://" + r.pulsarAdvertised, WebServiceURL: webURL,
+		BrokerServiceURL: "pulsar://" + r.pulsarAdvertised, WebServiceURL: webURL, Meta: r.store,
 		Logger: log.With("component", "admin")}); err != nil {
 		return nil, err
 	}
-	data, _ := json.Marshal(brokerRegistration{PulsarURL: "pulsar://" + r.pulsarAdvertised, WebURL: webURL,
-		KafkaAddr: r.kafkaAdvertised, Cluster: cfg.Broker.Cluster, StartedAt: time.Now().UnixMilli(),
-		AppVersion: currentBuild().Version})
-	if _, err = r.store.Create(ctx, meta.Join(meta.BrokersRoot, self), data, meta.Ephemeral); err != nil {
-		return nil, fmt.Errorf("registering the broker under %s: %w", meta.BrokersRoot, err)
-	}
 	go func() { r.served <- r.http.Serve() }()
 	return r, nil
-}
-
-// claimBrokerSlot refuses to start beside another registered broker:
-// several brokers need topic ownership, which is not implemented yet. A
-// node of this broker's own address is its previous run's, whose session
-// has not expired yet: it is removed.
-func claimBrokerSlot(ctx context.Context, store meta.Store, self string) error {
-	if err := meta.EnsurePath(ctx, store, meta.BrokersRoot); err != nil {
-		return err
-	}
-	names, err := store.Children(ctx, meta.BrokersRoot)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if n == self {
-			if err := store.Delete(ctx, meta.Join(meta.BrokersRoot, n), meta.AnyVersion); err != nil && !errors.Is(err, meta.ErrNotFound) {
-				return err
-			}
-			continue
-		}
-		return fmt.Errorf("another broker (%s) is registered in this cluster: running several brokers needs topic ownership, "+
-			"which is not implemented yet; stop it first (a broker that was killed is deregistered once its ZooKeeper session expires)", n)
-	}
-	return nil
 }
 
 func (r *runningBroker) shutdown(ctx context.Context) error {

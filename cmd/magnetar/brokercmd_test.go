@@ -22,8 +22,8 @@ import (
 // three `magnetar bookie`s and a `magnetar broker` with ledgers 3/2/2 —
 // produces and consumes over Kafka, checks that the topic's ledger is
 // replicated as configured and that the broker registered itself, that a
-// second broker is refused (no ownership yet), and that SIGTERM stops the
-// broker cleanly and deregisters it.
+// second broker joins with its own Kafka node id, and that SIGTERM stops
+// the brokers cleanly and deregisters them.
 func TestBrokerProcessOnBookies(t *testing.T) {
 	zkAddr, chroot := testZKChroot(t, "magnetar-broker-test")
 	store := "zk:" + zkAddr + chroot
@@ -110,10 +110,34 @@ func TestBrokerProcessOnBookies(t *testing.T) {
 		t.Fatal("no ledger metadata found")
 	}
 
-	// A second broker is refused while the first is registered.
+	// A second broker joins: both are registered, each with its own
+	// Kafka node id.
 	second := startMagnetar(t, brokerArgs()...)
-	if code := second.wait(60 * time.Second); code != exitRuntime || !strings.Contains(second.output(), "another broker") {
-		t.Fatalf("second broker: exit %d, output:\n%s", code, second.output())
+	second.waitLine(`"msg":"magnetar broker ready"`, 60*time.Second)
+	ids := map[int32]bool{}
+	eventually(t, 20*time.Second, func() error {
+		brokers, err := ms.Children(ctx, meta.BrokersRoot)
+		if err != nil || len(brokers) != 2 {
+			return fmt.Errorf("registered brokers %v (%v), want two", brokers, err)
+		}
+		for _, n := range brokers {
+			v, _, err := ms.Get(ctx, meta.Join(meta.BrokersRoot, n))
+			var r struct {
+				NodeID int32 `json:"kafkaNodeId"`
+			}
+			if err != nil || json.Unmarshal(v, &r) != nil {
+				return fmt.Errorf("broker %s: %s (%v)", n, v, err)
+			}
+			ids[r.NodeID] = true
+		}
+		return nil
+	})
+	if len(ids) != 2 {
+		t.Fatalf("Kafka node ids %v: want two different ones", ids)
+	}
+	second.signal(syscall.SIGTERM)
+	if code := second.wait(15 * time.Second); code != 0 {
+		t.Fatalf("second broker exited %d on SIGTERM", code)
 	}
 
 	b.signal(syscall.SIGTERM)

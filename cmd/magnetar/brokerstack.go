@@ -67,6 +67,12 @@ type brokerConfig struct {
 	// magnetar broker; standalone leaves them.
 	Cluster                              string
 	EnsembleSize, WriteQuorum, AckQuorum int
+	// OwnershipLossTimeout: how long a broker cut off from ZooKeeper keeps
+	// its bundles (the session timeout; 0: the broker's default).
+	OwnershipLossTimeout time.Duration
+	// Load reports and shedding (magnetar broker's settings; 0: defaults).
+	LoadReportInterval, LoadShedInterval time.Duration
+	LoadShedThreshold                    float64
 }
 
 func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
@@ -172,7 +178,19 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 		Logger: log}); err != nil {
 		return nil, err
 	}
+	kafkaHost, kafkaPort, err := net.SplitHostPort(ls.kafkaAdvertised)
+	if err != nil {
+		return nil, fmt.Errorf("kafka advertised address %q: %w", ls.kafkaAdvertised, err)
+	}
+	port, err := strconv.Atoi(kafkaPort)
+	if err != nil {
+		return nil, fmt.Errorf("kafka advertised address %q: bad port", ls.kafkaAdvertised)
+	}
 	if b.broker, err = broker.New(broker.Config{Meta: store, Ledgers: b.ledgers, Name: name,
+		Advertised: broker.BrokerInfo{ID: pulsarAdvertised, PulsarURL: "pulsar://" + pulsarAdvertised, WebURL: cfg.ServiceURL,
+			KafkaHost: kafkaHost, KafkaPort: int32(port)},
+		Version: currentBuild().Version, OwnershipLossTimeout: cfg.OwnershipLossTimeout,
+		LoadReportInterval: cfg.LoadReportInterval, LoadShedInterval: cfg.LoadShedInterval, LoadShedThreshold: cfg.LoadShedThreshold,
 		Cluster: cmp.Or(cfg.Cluster, standaloneCluster), ServiceURL: cfg.ServiceURL, BrokerServiceURL: "pulsar://" + pulsarAdvertised,
 		AutoTopicCreation: cfg.AutoTopicCreation, AutoTopicPartitions: cfg.AutoTopicPartitions,
 		Deduplication: cfg.Deduplication, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer,
@@ -195,14 +213,6 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 		MaxMessageSize: cfg.MaxMessageSize, ServerVersion: "magnetar " + currentBuild().Version,
 		Logger: log.With("component", "pulsar")}); err != nil {
 		return nil, err
-	}
-	kafkaHost, kafkaPort, err := net.SplitHostPort(ls.kafkaAdvertised)
-	if err != nil {
-		return nil, fmt.Errorf("kafka advertised address %q: %w", ls.kafkaAdvertised, err)
-	}
-	port, err := strconv.Atoi(kafkaPort)
-	if err != nil {
-		return nil, fmt.Errorf("kafka advertised address %q: bad port", ls.kafkaAdvertised)
 	}
 	kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer kcancel()

@@ -243,7 +243,7 @@ func TestInvalidInvocations(t *testing.T) {
 		{name: "missing config file", args: []string{"standalone", "--config", "/nonexistent/magnetar.yaml"},
 			want: []string{"config file /nonexistent/magnetar.yaml does not exist"}},
 		{name: "unknown config key", args: []string{"standalone"}, file: "data-dir: /x\ndata-dirr: /y\n",
-			want: []string{`unknown key "data-dirr"`, "known keys: advertised-host, auto-topic-creation, auto-topic-partitions, backlog-quota-check-interval, bookie-listen"}},
+			want: []string{`unknown key "data-dirr"`, "known keys: advertised-host, auto-topic-creation, auto-topic-partitions, autorecovery, autorecovery-audit-interval, autorecovery-grace-period, backlog-quota-check-interval, bookie-listen"}},
 		{name: "nested config key", args: []string{"standalone"}, file: "data-dir:\n  path: /x\n",
 			want: []string{`unknown key "data-dir.path"`}},
 		{name: "config key without value", args: []string{"standalone"}, file: "data-dir:\n",

@@ -154,16 +154,21 @@ func checkReachable(serviceURL string) error {
 	if err != nil {
 		return err
 	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "6650")
+	// pulsar://h1:6650,h2:6650 lists a cluster's brokers: one answering is
+	// enough (the client tries them in turn).
+	var last error
+	for _, host := range strings.Split(u.Host, ",") {
+		if _, _, err := net.SplitHostPort(host); err != nil {
+			host = net.JoinHostPort(host, "6650")
+		}
+		c, err := net.DialTimeout("tcp", host, clientConnectTimeout)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		last = err
 	}
-	c, err := net.DialTimeout("tcp", host, clientConnectTimeout)
-	if err != nil {
-		return fmt.Errorf("cannot reach the broker at %s: %v", serviceURL, connectCause(err))
-	}
-	c.Close()
-	return nil
+	return fmt.Errorf("cannot reach the broker at %s: %v", serviceURL, connectCause(last))
 }
 
 // newCLIClient returns a Pulsar client with short timeouts, for a

@@ -275,6 +275,7 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 	if err = admin.RegisterAPI(s.http, admin.APIConfig{Broker: s.broker.broker, Cluster: standaloneCluster,
 		BrokerServiceURL: "pulsar://" + s.pulsarAdvertised,
 		WebServiceURL:    webServiceURL,
+		Meta:             s.store,
 		Logger:           log.With("component", "admin")}); err != nil {
 		return nil, err
 	}

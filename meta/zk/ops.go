@@ -233,8 +233,12 @@ func (s *Store) create(ctx context.Context, p, full string, value []byte, flags 
 		return "", meta.Errorf(opCreate, p, meta.ErrNotFound, "parent %s does not exist", meta.Parent(p))
 	case errors.Is(err, meta.ErrEphemeralParent):
 		return "", meta.Errorf(opCreate, p, meta.ErrEphemeralParent, "parent %s is ephemeral", meta.Parent(p))
+	case err != nil:
+		// Cut short by ctx or Close: the attempt may still be running and
+		// writing created, which is not read then.
+		return "", err
 	}
-	return created, err
+	return created, nil
 }
 
 // ours reports whether a node found by a retried Create is the one an

@@ -6,9 +6,11 @@ package admin
 //	→ {"brokerUrl": "pulsar://host:6650", "brokerUrlTls": "",
 //	   "httpUrl": "http://host:8080", "httpUrlTls": "", "nativeUrl": "pulsar://host:6650"}
 //
-// One broker serves every topic today, so the answer is this broker's
-// advertised URLs (APIConfig); the topic name is checked, not looked up
-// (clients create topics on first use, as auto-creation allows).
+// The answer names the broker that owns the topic's bundle, or the one
+// chosen to take it if nobody owns it (broker ownership.go);
+// ?authoritative=true makes this broker take an unowned bundle itself.
+// The topic need not exist (clients create topics on first use, as
+// auto-creation allows). 503 while the bundle is being handed over.
 
 import "net/http"
 
@@ -28,10 +30,22 @@ type lookupData struct {
 }
 
 func (a *api) lookupTopic(w http.ResponseWriter, r *http.Request) error {
-	if _, err := topicOf(r); err != nil {
+	t, err := topicOf(r)
+	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, lookupData{BrokerURL: a.cfg.BrokerServiceURL, HTTPURL: a.cfg.WebServiceURL,
-		NativeURL: a.cfg.BrokerServiceURL})
+	auth, err := boolQuery(r, "authoritative")
+	if err != nil {
+		return err
+	}
+	l, err := a.b.LookupTopic(r.Context(), t, auth)
+	if err != nil {
+		return err
+	}
+	d := lookupData{BrokerURL: a.cfg.BrokerServiceURL, HTTPURL: a.cfg.WebServiceURL, NativeURL: a.cfg.BrokerServiceURL}
+	if !l.Self {
+		d = lookupData{BrokerURL: l.Owner.PulsarURL, HTTPURL: l.Owner.WebURL, NativeURL: l.Owner.PulsarURL}
+	}
+	writeJSON(w, http.StatusOK, d)
 	return nil
 }

@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/meta"
 )
 
 // The Pulsar admin (/admin/v2/...) and lookup (/lookup/v2/...) REST APIs,
@@ -36,7 +38,10 @@ type APIConfig struct {
 	// ("http://host:port") are what lookups answer. Required.
 	BrokerServiceURL string
 	WebServiceURL    string
-	Logger           *slog.Logger
+	// Meta is the metadata store, read by the auto-recovery endpoint;
+	// without it that endpoint answers 503.
+	Meta   meta.Store
+	Logger *slog.Logger
 }
 
 // api holds what every handler needs.
@@ -113,13 +118,24 @@ func statusOf(err error) int {
 	case errors.Is(err, broker.ErrInvalidRequest), errors.Is(err, broker.ErrInvalidTopicName),
 		errors.Is(err, broker.ErrInvalidSchema):
 		return http.StatusBadRequest
-	case errors.Is(err, broker.ErrTopicClosed), errors.Is(err, broker.ErrBrokerClosed):
+	case errors.Is(err, broker.ErrBundleNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, broker.ErrTopicClosed), errors.Is(err, broker.ErrBrokerClosed),
+		errors.Is(err, broker.ErrBundleUnloading), errors.Is(err, broker.ErrNotOwner):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
 
 func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if owner, ok := notOwner(err); ok {
+		// As Pulsar does: the owner answers (clients follow 307 with the
+		// same method and body).
+		u := strings.TrimSuffix(owner.WebURL, "/") + r.URL.RequestURI()
+		a.log.Info("admin: redirected to the owner", "method", r.Method, "path", r.URL.Path, "owner", owner.ID)
+		http.Redirect(w, r, u, http.StatusTemporaryRedirect)
+		return
+	}
 	status := statusOf(err)
 	if status >= 500 {
 		a.log.Error("admin: request failed", "method", r.Method, "path", r.URL.Path, "err", err)

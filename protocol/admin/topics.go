@@ -28,7 +28,7 @@ package admin
 //	GET    .../{topic}/ledger/{l}/entry/{e}                    the entry's message(s)
 //	GET    .../{topic}/lastMessageId                           MessageId
 //	POST   .../{topic}/terminate                               MessageId of the last message
-//	PUT    .../{topic}/unload                                  close; clients reconnect
+//	PUT    .../{topic}/unload                                  move (or close); clients reconnect
 //
 // Topic names in paths may be URL-encoded; a partition's name
 // (x-partition-N) addresses one partition. Operations on a subscription of
@@ -624,8 +624,19 @@ func (a *api) unload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := a.b.UnloadTopic(r.Context(), t); err != nil {
+	parts, err := a.b.PartitionNames(r.Context(), t)
+	if err != nil {
 		return err
+	}
+	for _, p := range parts {
+		err := a.b.UnloadTopic(r.Context(), p)
+		if owner, ok := notOwner(err); ok && len(parts) > 1 {
+			// A partition served elsewhere: its owner unloads it.
+			err = a.forward(r.Context(), owner, http.MethodPut, "/admin/v2/persistent/"+p.Tenant+"/"+p.Namespace+"/"+p.LocalName()+"/unload")
+		}
+		if err != nil {
+			return err
+		}
 	}
 	noContent(w)
 	return nil

@@ -14,6 +14,7 @@ const (
 	errOffsetOutOfRange         int16 = 1
 	errCorruptMessage           int16 = 2
 	errUnknownTopicOrPartition  int16 = 3
+	errLeaderNotAvailable       int16 = 5
 	errNotLeaderOrFollower      int16 = 6
 	errRequestTimedOut          int16 = 7
 	errMessageTooLarge          int16 = 10
@@ -57,9 +58,11 @@ func errCode(err error) int16 {
 	case errors.Is(err, broker.ErrAlreadyExists):
 		return errTopicAlreadyExists
 	case errors.Is(err, broker.ErrTopicClosed), errors.Is(err, broker.ErrBrokerClosed),
-		errors.Is(err, ledger.ErrFenced), errors.Is(err, ledger.ErrClosed):
-		// The partition is moving (unloaded, closing, fenced by another
-		// owner): the client refreshes its metadata and retries.
+		errors.Is(err, ledger.ErrFenced), errors.Is(err, ledger.ErrClosed),
+		errors.Is(err, broker.ErrNotOwner), errors.Is(err, broker.ErrBundleUnloading):
+		// The partition is elsewhere or moving (another broker owns it,
+		// it is being unloaded or closed, another owner fenced it): the
+		// client refreshes its metadata and retries.
 		return errNotLeaderOrFollower
 	case errors.Is(err, broker.ErrTopicTerminated), errors.Is(err, broker.ErrProducerBlockedQuotaException):
 		return errPolicyViolation

@@ -13,9 +13,13 @@ import (
 
 // Metadata: v0–v13. DescribeCluster: v0–v1.
 //
-// Every partition is led by this broker (standalone; ownership comes with
-// the cluster), with itself as the only replica and in-sync replica —
-// replication happens below, in the bookies. Asking for all topics lists
+// A partition is led by the broker that owns its bundle (broker
+// ownership.go; standalone: this one), which is also its only replica and
+// in-sync replica — replication happens below, in the bookies. A
+// partition nobody owns yet is given to the broker the lookup chooses,
+// which takes it when the client comes; one being handed over is
+// LEADER_NOT_AVAILABLE (leader -1), and the client asks again. The
+// brokers are the cluster's live brokers, each with its Kafka node id. Asking for all topics lists
 // the topics of the Kafka namespace (Config.KafkaTenant/KafkaNamespace);
 // topics elsewhere are reachable by their tenant/namespace/topic names.
 // A topic that does not exist is created when the client allows it (v4+:
@@ -26,11 +30,11 @@ import (
 func handleMetadata(c *conn, sl *slot, kreq kmsg.Request) {
 	req := kreq.(*kmsg.MetadataRequest)
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
-	resp.Brokers = []kmsg.MetadataResponseBroker{c.s.brokerEntry()}
-	resp.ClusterID = &c.s.cfg.ClusterID
-	resp.ControllerID = c.s.cfg.NodeID
 	ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
 	defer cancel()
+	resp.Brokers = c.s.brokerEntries(ctx)
+	resp.ClusterID = &c.s.cfg.ClusterID
+	resp.ControllerID = c.s.cfg.NodeID
 
 	var names []string
 	if req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0) {
@@ -62,6 +66,43 @@ func (s *Server) brokerEntry() kmsg.MetadataResponseBroker {
 	b := kmsg.NewMetadataResponseBroker()
 	b.NodeID, b.Host, b.Port = s.cfg.NodeID, s.cfg.AdvertisedHost, s.cfg.AdvertisedPort
 	return b
+}
+
+// brokerEntries lists this broker and the cluster's other live brokers
+// that serve Kafka.
+func (s *Server) brokerEntries(ctx context.Context) []kmsg.MetadataResponseBroker {
+	out := []kmsg.MetadataResponseBroker{s.brokerEntry()}
+	live, err := s.b.LiveBrokers(ctx)
+	if err != nil {
+		s.log.Warn("Metadata: listing the live brokers failed", "err", err)
+	}
+	for _, lb := range live {
+		if lb.Info.NodeID == s.cfg.NodeID || lb.Info.KafkaHost == "" {
+			continue
+		}
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port = lb.Info.NodeID, lb.Info.KafkaHost, lb.Info.KafkaPort
+		out = append(out, b)
+	}
+	return out
+}
+
+// partitionLeader returns the Kafka node id of the broker serving t, or
+// an error code (LEADER_NOT_AVAILABLE while it moves).
+func (s *Server) partitionLeader(ctx context.Context, t broker.TopicName) (int32, int16) {
+	l, err := s.b.LookupTopic(ctx, t, false)
+	switch {
+	case errors.Is(err, broker.ErrBundleUnloading), errors.Is(err, broker.ErrBrokerClosed):
+		return -1, errLeaderNotAvailable
+	case err != nil:
+		s.log.Warn("Metadata: looking up a partition's owner failed", "topic", t.String(), "err", err)
+		return -1, errLeaderNotAvailable
+	case l.Self:
+		return s.cfg.NodeID, 0
+	case l.Owner.KafkaHost == "":
+		return -1, errLeaderNotAvailable // its owner does not serve Kafka
+	}
+	return l.Owner.NodeID, 0
 }
 
 // offsetsTopic is Kafka's internal topic of group offsets. Clients expect
@@ -106,13 +147,22 @@ func (s *Server) topicMetadata(ctx context.Context, name string, create bool) km
 		}
 		return mt
 	}
+	parts, err := s.b.KafkaPartitionNames(ctx, t)
+	if err != nil {
+		mt.ErrorCode = errCode(err)
+		return mt
+	}
 	for i := range n {
 		p := kmsg.NewMetadataResponseTopicPartition()
 		p.Partition = int32(i)
-		p.Leader = s.cfg.NodeID
+		p.Leader, p.ErrorCode = s.partitionLeader(ctx, parts[i])
 		p.LeaderEpoch = 0
-		p.Replicas = []int32{s.cfg.NodeID}
-		p.ISR = []int32{s.cfg.NodeID}
+		if p.Leader >= 0 {
+			p.Replicas = []int32{p.Leader}
+			p.ISR = []int32{p.Leader}
+		} else {
+			p.Replicas, p.ISR = []int32{}, []int32{}
+		}
 		mt.Partitions = append(mt.Partitions, p)
 	}
 	return mt

@@ -54,7 +54,8 @@ type Config struct {
 	// to connect to. Required.
 	AdvertisedHost string
 	AdvertisedPort int32
-	// NodeID is this broker's Kafka node id (default 0).
+	// NodeID is this broker's Kafka node id: set from the broker's
+	// (Broker.Self), which keeps it across restarts.
 	NodeID int32
 	// ClusterID is reported in Metadata and DescribeCluster (default: the
 	// broker's cluster name).
@@ -86,6 +87,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ClusterID == "" {
 		c.ClusterID = c.Broker.ClusterName()
 	}
+	c.NodeID = c.Broker.Self().NodeID
 	if c.MaxRequestSize == 0 {
 		c.MaxRequestSize = DefaultMaxRequestSize
 	}

@@ -489,7 +489,7 @@ func TestMetadataAutoCreatesAndReportsPartitions(t *testing.T) {
 		if got.ErrorCode != w.code || len(got.Partitions) != w.parts {
 			t.Fatalf("topic %s: error %d, %d partitions; want %d, %d", *got.Topic, got.ErrorCode, len(got.Partitions), w.code, w.parts)
 		}
-		if w.code == 0 && (got.TopicID == [16]byte{} || got.Partitions[0].Leader != 0) {
+		if w.code == 0 && (got.TopicID == [16]byte{} || got.Partitions[0].Leader != resp.Brokers[0].NodeID) {
 			t.Fatalf("topic %s: id %x leader %d", *got.Topic, got.TopicID, got.Partitions[0].Leader)
 		}
 	}

@@ -388,6 +388,7 @@ func errorCode(err error) pb.ServerError {
 	case errors.Is(err, broker.ErrProducerBlockedQuotaException):
 		return pb.ServerError_ProducerBlockedQuotaExceededException
 	case errors.Is(err, broker.ErrTopicClosed), errors.Is(err, broker.ErrBrokerClosed),
+		errors.Is(err, broker.ErrNotOwner), errors.Is(err, broker.ErrBundleUnloading),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, broker.ErrDuplicateUnknown):
 		return pb.ServerError_ServiceNotReady
 	}
@@ -442,17 +443,30 @@ func (c *conn) handlePartitionedMetadata(m *pb.CommandPartitionedTopicMetadata) 
 
 func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 	r := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(m.GetRequestId())}
-	if _, err := c.topicName(m.GetTopic()); err != nil {
+	t, err := c.topicName(m.GetTopic())
+	var l broker.Lookup
+	if err == nil {
+		ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
+		l, err = c.srv.cfg.Broker.LookupTopic(ctx, t, m.GetAuthoritative())
+		cancel()
+	}
+	switch {
+	case err != nil:
 		r.Response = pb.CommandLookupTopicResponse_Failed.Enum()
 		r.Error = errorCode(err).Enum()
 		r.Message = proto.String(err.Error())
-	} else {
-		// One broker serves every topic; redirects come with clusters.
+	case l.Self:
 		r.Response = pb.CommandLookupTopicResponse_Connect.Enum()
 		r.BrokerServiceUrl = proto.String(c.srv.cfg.AdvertisedURL)
 		r.Authoritative = proto.Bool(true)
-		r.ProxyThroughServiceUrl = proto.Bool(false)
+	default:
+		// The owner, or the broker chosen to own it: the client asks it
+		// again, with authority, and it takes the topic if it must.
+		r.Response = pb.CommandLookupTopicResponse_Redirect.Enum()
+		r.BrokerServiceUrl = proto.String(l.Owner.PulsarURL)
+		r.Authoritative = proto.Bool(true)
 	}
+	r.ProxyThroughServiceUrl = proto.Bool(false)
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: r})
 }
 
