@@ -384,7 +384,14 @@ func (b *Broker) LookupTopic(ctx context.Context, t TopicName, authoritative boo
 	o := b.own
 	h := TopicHash(t)
 	for attempt := 0; ; attempt++ {
-		if l, ok, err := o.ownerOf(ctx, t.Tenant, t.Namespace, h); err != nil || ok {
+		l, ok, err := o.ownerOf(ctx, t.Tenant, t.Namespace, h)
+		if err == nil && ok && !l.Self && authoritative {
+			// Sent here to take it: the cached owner may have just let it
+			// go (the cache learns of that by a watch). Read again.
+			o.invalidate(t.Tenant, t.Namespace)
+			l, ok, err = o.ownerOf(ctx, t.Tenant, t.Namespace, h)
+		}
+		if err != nil || ok {
 			return l, err
 		}
 		bd, err := b.BundleOf(ctx, t)
@@ -401,7 +408,7 @@ func (b *Broker) LookupTopic(ctx context.Context, t TopicName, authoritative boo
 		if target.ID != o.self.ID {
 			return Lookup{Owner: target, Assigned: true}, nil
 		}
-		l, err := o.claim(ctx, bd)
+		l, err = o.claim(ctx, bd)
 		if !authoritative {
 			o.mu.Lock()
 			o.taking--
