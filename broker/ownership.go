@@ -130,6 +130,7 @@ type ownedBundle struct {
 	b         Bundle
 	path      string
 	releasing bool
+	epoch     uint64 // distinct for every taking of a bundle by this broker
 }
 
 // ownership is a broker's side of bundle ownership.
@@ -150,6 +151,7 @@ type ownership struct {
 	owners  map[string]*nsOwners    // by "tenant/ns"
 	pending map[string]pendingCount // bundles given to other brokers since their last report
 	taking  int                     // bundles this broker chose itself for and is taking
+	epochs  uint64                  // bundles taken so far (ownedBundle.epoch)
 	brokers *brokerList
 	closed  bool
 
@@ -621,7 +623,8 @@ func (o *ownership) claim(ctx context.Context, bd Bundle) (Lookup, error) {
 		return Lookup{}, ErrBrokerClosed
 	}
 	if _, held := o.owned[bd.String()]; !held {
-		o.owned[bd.String()] = &ownedBundle{b: bd, path: p}
+		o.epochs++
+		o.owned[bd.String()] = &ownedBundle{b: bd, path: p, epoch: o.epochs}
 		o.log.Info("bundle taken", "bundle", bd.String())
 	}
 	o.mu.Unlock()
@@ -866,16 +869,25 @@ func (b *Broker) BundleOwner(ctx context.Context, bd Bundle) (BrokerInfo, bool, 
 // ownsTopic says whether this broker holds (and is not giving up) the
 // bundle of t.
 func (b *Broker) ownsTopic(t TopicName) bool {
+	_, ok := b.OwnerEpoch(t)
+	return ok
+}
+
+// OwnerEpoch says whether this broker holds (and is not giving up) the
+// bundle of t, and which taking of it this is: the epoch changes each time
+// the broker takes the bundle again, so state kept about it from an
+// earlier taking can be told stale.
+func (b *Broker) OwnerEpoch(t TopicName) (uint64, bool) {
 	o := b.own
 	h := TopicHash(t)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, ob := range o.owned {
 		if ob.b.Tenant == t.Tenant && ob.b.Namespace == t.Namespace && ob.b.Contains(h) {
-			return !ob.releasing
+			return ob.epoch, !ob.releasing
 		}
 	}
-	return false
+	return 0, false
 }
 
 func (b *Broker) ownsBundle(bd Bundle) bool {

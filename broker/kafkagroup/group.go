@@ -46,6 +46,7 @@ const (
 	ErrGroupIDNotFound           int16 = 69
 	ErrMemberIDRequired          int16 = 79
 	ErrFencedInstanceID          int16 = 82
+	ErrNotCoordinator            int16 = 16
 )
 
 // State is a group's state.
@@ -735,6 +736,28 @@ func (c *Coordinator) Tick(now time.Time) {
 			c.membersGone(now, g)
 		}
 		c.maybeCompleteJoin(now, g)
+	}
+}
+
+// Forget drops a group this coordinator no longer coordinates (another
+// broker does now), without OnChange: its members' waiting JoinGroup and
+// SyncGroup requests are answered NOT_COORDINATOR, so that they find the
+// new coordinator.
+func (c *Coordinator) Forget(group string) {
+	g := c.groups[group]
+	if g == nil {
+		return
+	}
+	delete(c.groups, group)
+	for _, m := range g.Members {
+		if m.join != nil {
+			m.join(JoinResult{Err: ErrNotCoordinator, MemberID: m.ID, Generation: -1})
+			m.join = nil
+		}
+		if m.sync != nil {
+			m.sync(SyncResult{Err: ErrNotCoordinator})
+			m.sync = nil
+		}
 	}
 }
 

@@ -58,7 +58,7 @@ func kv(words []string) map[string]string {
 var codes = map[string]int16{"ok": ErrNone, "UNKNOWN_MEMBER_ID": ErrUnknownMemberID, "ILLEGAL_GENERATION": ErrIllegalGeneration,
 	"REBALANCE_IN_PROGRESS": ErrRebalanceInProgress, "MEMBER_ID_REQUIRED": ErrMemberIDRequired, "FENCED_INSTANCE_ID": ErrFencedInstanceID,
 	"INCONSISTENT_GROUP_PROTOCOL": ErrInconsistentGroupProtocol, "NON_EMPTY_GROUP": ErrNonEmptyGroup, "GROUP_ID_NOT_FOUND": ErrGroupIDNotFound,
-	"INVALID_SESSION_TIMEOUT": ErrInvalidSessionTimeout}
+	"INVALID_SESSION_TIMEOUT": ErrInvalidSessionTimeout, "NOT_COORDINATOR": ErrNotCoordinator}
 
 func (s *script) code(line int, name string) int16 {
 	c, ok := codes[name]
@@ -226,6 +226,11 @@ func (s *script) step(line int, text string) {
 		}
 	case "delete":
 		s.check(line, text, hasWant, s.c.Delete(group), want)
+	case "forget":
+		s.c.Forget(group)
+		if s.c.Group(group) != nil {
+			t.Fatalf("line %d: the group is still there after Forget", line)
+		}
 	default:
 		t.Fatalf("line %d: unknown step %q", line, text)
 	}
@@ -459,4 +464,20 @@ func TestRecordRestoresAStableGroup(t *testing.T) {
 	if r.State != PreparingRebalance || len(r.Members) != 1 {
 		t.Fatalf("after b's session: %v with %d members", r.State, len(r.Members))
 	}
+}
+
+// TestForgetAnswersWaitingRequests: a group another broker coordinates now
+// is dropped, and its members' waiting requests are told to find the new
+// coordinator.
+func TestForgetAnswersWaitingRequests(t *testing.T) {
+	run(t, noDelay, `
+		join a
+		expect a join ok gen=1 leader=a members=1
+		join b
+		pending b join
+		forget
+		expect b join NOT_COORDINATOR
+		join c
+		expect c join ok gen=1 leader=c members=1
+	`)
 }

@@ -568,3 +568,171 @@ func TestClusterBrokerPausedPastSession(t *testing.T) {
 	}
 	t.Logf("log of %d messages, %d acknowledged", len(log), len(acked))
 }
+
+// TestClusterKafkaGroups: a franz-go consumer group on a topic whose
+// partitions are spread over two brokers. Its coordinator (one broker,
+// the same whichever is asked) commits offsets on partitions the other
+// broker owns; the committed offsets are the group's subscriptions. Then
+// the coordinator is killed: the survivor coordinates the group from its
+// stored record, and a new member resumes exactly at the committed
+// offsets — nothing committed comes again, nothing after is missed.
+func TestClusterKafkaGroups(t *testing.T) {
+	c := startTestCluster(t, 2)
+	b0, b1 := c.brokers[0], c.brokers[1]
+	setRetention(t, b0)
+	createPartitioned(t, b0, "grp", 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	seeds := kgo.SeedBrokers(b0.r.KafkaAdvertised, b1.r.KafkaAdvertised)
+
+	const total = 800
+	pc, err := kgo.NewClient(seeds, kgo.DefaultProduceTopic("grp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	for i := range total {
+		pc.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprint(i))}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("produce: %v", err)
+			}
+		})
+	}
+	if err := pc.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]bool{}
+	for _, o := range ownership(t, b0) {
+		owners[o.Owner] = true
+	}
+	if !owners[b0.r.PulsarAdvertised] || !owners[b1.r.PulsarAdvertised] {
+		t.Fatalf("bundle owners %v: want both brokers", owners)
+	}
+
+	// Both brokers name the same coordinator.
+	coordinator := func(b *clusterBroker) int32 {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.r.KafkaAdvertised))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		req := kmsg.NewPtrFindCoordinatorRequest()
+		req.CoordinatorKey, req.CoordinatorKeys = "g1", []string{"g1"}
+		resp, err := cl.SeedBrokers()[0].Request(ctx, req) // the seed itself
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := resp.(*kmsg.FindCoordinatorResponse)
+		node, code := fc.NodeID, fc.ErrorCode
+		if len(fc.Coordinators) == 1 { // v4+
+			node, code = fc.Coordinators[0].NodeID, fc.Coordinators[0].ErrorCode
+		}
+		if code != 0 {
+			t.Fatalf("FindCoordinator on %s: error %d", b.r.KafkaAdvertised, code)
+		}
+		return node
+	}
+
+	// First member: consumes about half, commits, leaves.
+	committed := map[int32]int64{}
+	seen := map[int32]map[int64]bool{}
+	m1, err := kgo.NewClient(seeds, kgo.ConsumerGroup("g1"), kgo.ConsumeTopics("grp"), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < total/2 {
+		fs := m1.PollRecords(ctx, 50) // so that about half is consumed and committed
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("member 1 after %d: %v", got, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { got++ })
+	}
+	if err := m1.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	for _, ps := range m1.CommittedOffsets() {
+		for p, o := range ps {
+			committed[p] = o.Offset
+		}
+	}
+	m1.Close()
+	var sum int64
+	for _, o := range committed {
+		sum += o
+	}
+	if sum != int64(got) {
+		t.Fatalf("committed offsets %v add up to %d, consumed %d", committed, sum, got)
+	}
+	// The commits are the group's subscriptions on every partition, on
+	// both brokers.
+	for p, o := range committed {
+		code, body := httpDo(t, "GET", fmt.Sprintf("%s/admin/v2/persistent/public/default/grp-partition-%d/kafka-offsets/g1", b0.web(), p), "")
+		var ko struct {
+			Offset    int64 `json:"offset"`
+			Committed bool  `json:"committed"`
+		}
+		if code != 200 || json.Unmarshal([]byte(body), &ko) != nil || !ko.Committed || ko.Offset != o {
+			t.Fatalf("partition %d: committed %d, the partition's owner says %d %s", p, o, code, body)
+		}
+	}
+
+	// Kill the coordinator.
+	node := coordinator(b0)
+	if other := coordinator(b1); other != node {
+		t.Fatalf("coordinators differ: %d and %d", node, other)
+	}
+	meta, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim, survivor *clusterBroker
+	for _, br := range meta.Brokers {
+		if br.NodeID == node {
+			for _, b := range []*clusterBroker{b0, b1} {
+				if b.r.KafkaAdvertised == fmt.Sprintf("%s:%d", br.Host, br.Port) {
+					victim = b
+				} else {
+					survivor = b
+				}
+			}
+		}
+	}
+	if victim == nil {
+		t.Fatalf("coordinator node %d is not a broker of %v", node, meta.Brokers)
+	}
+	victim.p.kill()
+
+	// A new member resumes at the committed offsets.
+	m2, err := kgo.NewClient(kgo.SeedBrokers(survivor.r.KafkaAdvertised), kgo.ConsumerGroup("g1"), kgo.ConsumeTopics("grp"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	rest := 0
+	for rest < total-got {
+		fs := m2.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("member 2 after %d of %d: %v", rest, total-got, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset < committed[r.Partition] {
+				t.Errorf("partition %d offset %d came again: committed %d", r.Partition, r.Offset, committed[r.Partition])
+			}
+			if seen[r.Partition] == nil {
+				seen[r.Partition] = map[int64]bool{}
+			}
+			if !seen[r.Partition][r.Offset] {
+				seen[r.Partition][r.Offset] = true
+				rest++
+			}
+		})
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("member 1 consumed and committed %d, member 2 the other %d after the coordinator was killed", got, rest)
+}

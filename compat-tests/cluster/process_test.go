@@ -31,7 +31,7 @@ func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
 
 // proc is a running magnetar process.
 type proc struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	stderr bytes.Buffer
@@ -42,7 +42,7 @@ type proc struct {
 
 // start runs the magnetar binary with args, its environment without
 // MAGNETAR_* settings.
-func start(t *testing.T, args ...string) *proc {
+func start(t testing.TB, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(harness.Build(t), args...)
 	for _, kv := range os.Environ() {
@@ -141,7 +141,7 @@ func (p *proc) kill() {
 
 // cli runs a magnetar command line to its end and returns its exit code
 // and output.
-func cli(t *testing.T, args ...string) (int, string) {
+func cli(t testing.TB, args ...string) (int, string) {
 	t.Helper()
 	cmd := exec.Command(harness.Build(t), args...)
 	out, err := cmd.CombinedOutput()
@@ -154,7 +154,7 @@ func cli(t *testing.T, args ...string) (int, string) {
 	return 0, string(out)
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -165,7 +165,7 @@ func freePort(t *testing.T) string {
 }
 
 // testZK returns the test ZooKeeper's address and a fresh chroot.
-func testZK(t *testing.T) (addr, chroot string) {
+func testZK(t testing.TB) (addr, chroot string) {
 	t.Helper()
 	addr = os.Getenv("MAGNETAR_TEST_ZK")
 	if addr == "" {
@@ -177,7 +177,7 @@ func testZK(t *testing.T) (addr, chroot string) {
 }
 
 // eventually polls f until it succeeds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -201,7 +201,7 @@ type readyLine struct {
 
 // testCluster is a running cluster.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	store   string // zk:host:port/chroot
 	brokers []*clusterBroker
 }
@@ -215,7 +215,7 @@ func (b *clusterBroker) web() string { return "http://" + b.r.HTTP }
 
 // startTestCluster starts 3 bookies and n brokers; extra are added to
 // every broker's arguments.
-func startTestCluster(t *testing.T, n int, extra ...string) *testCluster {
+func startTestCluster(t testing.TB, n int, extra ...string) *testCluster {
 	t.Helper()
 	zkAddr, chroot := testZK(t)
 	c := &testCluster{t: t, store: "zk:" + zkAddr + chroot}
@@ -255,7 +255,7 @@ func (c *testCluster) pulsarURL(bs ...*clusterBroker) string {
 
 // httpDo makes a request and returns the status and body (redirects are
 // followed, as admin clients do).
-func httpDo(t *testing.T, method, url, body string) (int, string) {
+func httpDo(t testing.TB, method, url, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
@@ -279,7 +279,7 @@ type bundleOwnership struct {
 	WebServiceURL string `json:"webServiceUrl"`
 }
 
-func ownership(t *testing.T, b *clusterBroker) []bundleOwnership {
+func ownership(t testing.TB, b *clusterBroker) []bundleOwnership {
 	t.Helper()
 	code, body := httpDo(t, "GET", b.web()+"/admin/v2/namespaces/public/default/ownership", "")
 	var out []bundleOwnership
@@ -291,7 +291,7 @@ func ownership(t *testing.T, b *clusterBroker) []bundleOwnership {
 
 // setRetention keeps everything in public/default (a topic without
 // subscriptions keeps nothing otherwise, as in Pulsar).
-func setRetention(t *testing.T, b *clusterBroker) {
+func setRetention(t testing.TB, b *clusterBroker) {
 	t.Helper()
 	if code, body := httpDo(t, "POST", b.web()+"/admin/v2/namespaces/public/default/retention",
 		`{"retentionTimeInMinutes":-1,"retentionSizeInMB":-1}`); code != 204 {
@@ -299,7 +299,7 @@ func setRetention(t *testing.T, b *clusterBroker) {
 	}
 }
 
-func createPartitioned(t *testing.T, b *clusterBroker, name string, n int) {
+func createPartitioned(t testing.TB, b *clusterBroker, name string, n int) {
 	t.Helper()
 	if code, body := httpDo(t, "PUT", b.web()+"/admin/v2/persistent/public/default/"+name+"/partitions", fmt.Sprint(n)); code != 204 {
 		t.Fatalf("create %s: %d %s", name, code, body)

@@ -116,7 +116,7 @@ func statusOf(err error) int {
 	case errors.Is(err, broker.ErrPreconditionFailed), errors.Is(err, broker.ErrIncompatibleSchema):
 		return http.StatusPreconditionFailed
 	case errors.Is(err, broker.ErrInvalidRequest), errors.Is(err, broker.ErrInvalidTopicName),
-		errors.Is(err, broker.ErrInvalidSchema):
+		errors.Is(err, broker.ErrInvalidSchema), errors.Is(err, broker.ErrInvalidGroup):
 		return http.StatusBadRequest
 	case errors.Is(err, broker.ErrBundleNotFound):
 		return http.StatusNotFound

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"sort"
@@ -26,8 +27,17 @@ import (
 // queue behind it, as in Kafka), ticks it every tickInterval to expire
 // sessions, and persists each group's record (members, generation,
 // assignments, topics with offsets) when it changes, so groups survive a
-// restart and members go on heartbeating. This broker coordinates every
-// group (standalone). Transactions' coordinators are refused.
+// restart and members go on heartbeating. Transactions' coordinators are
+// refused.
+//
+// In a cluster a group is coordinated by the owner of its bundle
+// (broker.KafkaGroupTopic): FindCoordinator names it, and the other
+// brokers answer the group's requests NOT_COORDINATOR. A broker loads a
+// group from its stored record when it starts coordinating it (each time
+// it takes the group's bundle: the record may have moved on under another
+// coordinator), writes the record only while it coordinates, and drops the
+// group when its bundle goes (waiting requests are answered
+// NOT_COORDINATOR).
 
 const (
 	tickInterval = 100 * time.Millisecond
@@ -41,6 +51,7 @@ type groups struct {
 	mu     sync.Mutex
 	c      *kafkagroup.Coordinator
 	topics map[string]map[string]bool // group → full names of topics it committed on
+	epochs map[string]uint64          // group → the taking of its bundle it was loaded in (broker.OwnerEpoch)
 
 	dirty   map[string]bool // groups whose record is to be written
 	wake    chan struct{}
@@ -50,38 +61,96 @@ type groups struct {
 
 func newGroups(s *Server) *groups {
 	g := &groups{s: s, c: kafkagroup.New(kafkagroup.Config{InitialRebalanceDelay: s.cfg.InitialRebalanceDelay}),
-		topics: map[string]map[string]bool{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
+		topics: map[string]map[string]bool{}, epochs: map[string]uint64{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	g.c.OnChange = func(gr *kafkagroup.Group) { g.markDirty(gr.ID) }
 	return g
 }
 
-// load restores the stored groups.
+// load notes whether groups were used before (Metadata then shows
+// __consumer_offsets). Groups themselves load when first asked for
+// (coordinate).
 func (g *groups) load(ctx context.Context) error {
 	recs, err := g.s.b.KafkaGroups(ctx)
 	if err != nil {
 		return err
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := g.s.cfg.Clock()
-	for _, r := range recs {
-		gr, topics, err := kafkagroup.Unmarshal(r)
-		if err != nil {
-			g.s.log.Warn("a stored Kafka group record is unreadable; skipped", "err", err)
-			continue
-		}
-		g.c.Restore(now, gr)
-		g.topics[gr.ID] = map[string]bool{}
-		for _, t := range topics {
-			g.topics[gr.ID][t] = true
-		}
-	}
 	if len(recs) > 0 {
 		g.used.Store(true)
-		g.s.log.Info("Kafka groups restored", "groups", len(recs))
 	}
 	return nil
+}
+
+const errNotCoordinator = kafkagroup.ErrNotCoordinator
+
+// coordinate returns 0 if this broker coordinates group (taking the
+// group's bundle if nobody owns it), NOT_COORDINATOR if another broker
+// does, COORDINATOR_NOT_AVAILABLE while it moves. A group this broker
+// (re)starts coordinating is first read back from its stored record.
+// Called without g.mu.
+func (g *groups) coordinate(ctx context.Context, group string) int16 {
+	b := g.s.b
+	gt := b.KafkaGroupTopic(group)
+	epoch, ok := b.OwnerEpoch(gt)
+	if !ok {
+		l, err := b.LookupTopic(ctx, gt, true)
+		switch {
+		case err != nil:
+			return errCoordinatorNotAvailable
+		case !l.Self:
+			return errNotCoordinator
+		}
+		if epoch, ok = b.OwnerEpoch(gt); !ok {
+			return errCoordinatorNotAvailable
+		}
+	}
+	g.mu.Lock()
+	cur, seen := g.epochs[group]
+	g.mu.Unlock()
+	if seen && cur == epoch {
+		return 0
+	}
+	rec, found, err := b.KafkaGroupRecord(ctx, group)
+	if err != nil {
+		g.s.log.Warn("reading a Kafka group's record failed", "group", group, "err", err)
+		return errCoordinatorNotAvailable
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cur, seen := g.epochs[group]; seen && cur == epoch {
+		return 0 // loaded meanwhile
+	}
+	g.c.Forget(group)
+	delete(g.topics, group)
+	if found {
+		gr, topics, err := kafkagroup.Unmarshal(rec)
+		if err != nil {
+			g.s.log.Warn("a stored Kafka group record is unreadable; the group starts empty", "group", group, "err", err)
+		} else {
+			g.c.Restore(g.s.cfg.Clock(), gr)
+			g.topics[group] = map[string]bool{}
+			for _, t := range topics {
+				g.topics[group][t] = true
+			}
+			g.used.Store(true)
+		}
+	}
+	g.epochs[group] = epoch
+	return 0
+}
+
+// sweep, with g.mu held, drops the groups whose bundle this broker no
+// longer holds (or took again since they were loaded).
+func (g *groups) sweep() {
+	for _, gr := range g.c.Groups() {
+		epoch, ok := g.s.b.OwnerEpoch(g.s.b.KafkaGroupTopic(gr.ID))
+		if cur, seen := g.epochs[gr.ID]; !ok || !seen || cur != epoch {
+			g.c.Forget(gr.ID)
+			delete(g.epochs, gr.ID)
+			delete(g.topics, gr.ID)
+			delete(g.dirty, gr.ID)
+		}
+	}
 }
 
 func (g *groups) markDirty(id string) {
@@ -104,6 +173,7 @@ func (g *groups) run() {
 			return
 		case <-t.C:
 			g.mu.Lock()
+			g.sweep()
 			g.c.Tick(g.s.cfg.Clock())
 			g.mu.Unlock()
 			g.flush()
@@ -123,6 +193,11 @@ func (g *groups) flush() {
 	}
 	var ws []write
 	for id := range g.dirty {
+		if e, ok := g.epochs[id]; !ok {
+			continue // not coordinated here
+		} else if cur, held := g.s.b.OwnerEpoch(g.s.b.KafkaGroupTopic(id)); !held || cur != e {
+			continue // not any more: another broker may write it now
+		}
 		gr := g.c.Group(id)
 		if gr == nil {
 			ws = append(ws, write{id: id})
@@ -204,7 +279,7 @@ func handleFindCoordinator(c *conn, sl *slot, kreq kmsg.Request) {
 			co.ErrorMessage = strPtr("transaction coordinators are not served: transactions are not supported yet")
 			co.NodeID = -1
 		} else {
-			co.NodeID, co.Host, co.Port = c.s.cfg.NodeID, c.s.cfg.AdvertisedHost, c.s.cfg.AdvertisedPort
+			c.s.findCoordinator(c.ctx, &co)
 		}
 		resp.Coordinators = append(resp.Coordinators, co)
 	}
@@ -213,6 +288,25 @@ func handleFindCoordinator(c *conn, sl *slot, kreq kmsg.Request) {
 		resp.ErrorCode, resp.ErrorMessage, resp.NodeID, resp.Host, resp.Port = co.ErrorCode, co.ErrorMessage, co.NodeID, co.Host, co.Port
 	}
 	sl.finish(resp)
+}
+
+// findCoordinator fills in the coordinator of co.Key: the owner of the
+// group's bundle, or the broker chosen to take it.
+func (s *Server) findCoordinator(ctx context.Context, co *kmsg.FindCoordinatorResponseCoordinator) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	l, err := s.b.LookupTopic(ctx, s.b.KafkaGroupTopic(co.Key), false)
+	switch {
+	case err != nil || (!l.Self && l.Owner.KafkaHost == ""):
+		co.NodeID, co.ErrorCode = -1, errCoordinatorNotAvailable
+		if err != nil {
+			co.ErrorMessage = strPtr(err.Error())
+		}
+	case l.Self:
+		co.NodeID, co.Host, co.Port = s.cfg.NodeID, s.cfg.AdvertisedHost, s.cfg.AdvertisedPort
+	default:
+		co.NodeID, co.Host, co.Port = l.Owner.NodeID, l.Owner.KafkaHost, l.Owner.KafkaPort
+	}
 }
 
 func handleJoinGroup(c *conn, sl *slot, kreq kmsg.Request) {
@@ -228,6 +322,12 @@ func handleJoinGroup(c *conn, sl *slot, kreq kmsg.Request) {
 		jr.Protocols = append(jr.Protocols, kafkagroup.Protocol{Name: p.Name, Metadata: p.Metadata})
 	}
 	g := c.s.groups
+	if code := g.coordinateReq(c, req.Group); code != 0 {
+		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode, resp.Generation = code, -1
+		sl.finish(resp)
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.c.Join(c.s.cfg.Clock(), jr, func(r kafkagroup.JoinResult) {
@@ -259,6 +359,12 @@ func handleSyncGroup(c *conn, sl *slot, kreq kmsg.Request) {
 		}
 	}
 	g := c.s.groups
+	if code := g.coordinateReq(c, req.Group); code != 0 {
+		resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
+		resp.ErrorCode, resp.MemberAssignment = code, []byte{}
+		sl.finish(resp)
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.c.Sync(c.s.cfg.Clock(), sr, func(r kafkagroup.SyncResult) {
@@ -276,9 +382,11 @@ func handleHeartbeat(c *conn, sl *slot, kreq kmsg.Request) {
 	req := kreq.(*kmsg.HeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
 	g := c.s.groups
-	g.mu.Lock()
-	resp.ErrorCode = g.c.Heartbeat(c.s.cfg.Clock(), req.Group, req.MemberID, strOr(req.InstanceID), req.Generation)
-	g.mu.Unlock()
+	if resp.ErrorCode = g.coordinateReq(c, req.Group); resp.ErrorCode == 0 {
+		g.mu.Lock()
+		resp.ErrorCode = g.c.Heartbeat(c.s.cfg.Clock(), req.Group, req.MemberID, strOr(req.InstanceID), req.Generation)
+		g.mu.Unlock()
+	}
 	sl.finish(resp)
 }
 
@@ -294,9 +402,17 @@ func handleLeaveGroup(c *conn, sl *slot, kreq kmsg.Request) {
 		}
 	}
 	g := c.s.groups
-	g.mu.Lock()
-	top, codes := g.c.Leave(c.s.cfg.Clock(), req.Group, ms)
-	g.mu.Unlock()
+	top := g.coordinateReq(c, req.Group)
+	codes := make([]int16, len(ms))
+	if top == 0 {
+		g.mu.Lock()
+		top, codes = g.c.Leave(c.s.cfg.Clock(), req.Group, ms)
+		g.mu.Unlock()
+	} else {
+		for i := range codes {
+			codes[i] = top
+		}
+	}
 	if req.Version < 3 {
 		resp.ErrorCode = top
 	} else {
@@ -313,11 +429,20 @@ func handleDescribeGroups(c *conn, sl *slot, kreq kmsg.Request) {
 	req := kreq.(*kmsg.DescribeGroupsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 	g := c.s.groups
+	codes := make([]int16, len(req.Groups))
+	for i, id := range req.Groups {
+		codes[i] = g.coordinateReq(c, id)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, id := range req.Groups {
+	for i, id := range req.Groups {
 		rg := kmsg.NewDescribeGroupsResponseGroup()
 		rg.Group = id
+		if codes[i] != 0 {
+			rg.ErrorCode = codes[i]
+			resp.Groups = append(resp.Groups, rg)
+			continue
+		}
 		gr := g.c.Group(id)
 		if gr == nil {
 			rg.State = "Dead"
@@ -348,9 +473,13 @@ func handleListGroups(c *conn, sl *slot, kreq kmsg.Request) {
 	req := kreq.(*kmsg.ListGroupsRequest)
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 	g := c.s.groups
+	g.loadListed(c)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, gr := range g.c.Groups() {
+		if _, ok := g.epochs[gr.ID]; !ok {
+			continue
+		}
 		state := gr.State.String()
 		if len(req.StatesFilter) > 0 && !slices.Contains(req.StatesFilter, state) {
 			continue
@@ -377,6 +506,10 @@ func handleDeleteGroups(c *conn, sl *slot, kreq kmsg.Request) {
 	for _, id := range req.Groups {
 		rg := kmsg.NewDeleteGroupsResponseGroup()
 		rg.Group = id
+		if rg.ErrorCode = g.coordinateReq(c, id); rg.ErrorCode != 0 {
+			resp.Groups = append(resp.Groups, rg)
+			continue
+		}
 		g.mu.Lock()
 		rg.ErrorCode = g.c.Delete(id)
 		topics := g.topicList(id)
@@ -416,12 +549,53 @@ func (s *Server) deleteGroupOffsets(ctx context.Context, t broker.TopicName, gro
 	}
 	for _, p := range parts {
 		tp, err := s.b.KafkaPartition(ctx, t, p)
-		if err != nil {
-			return err
+		if owner, pt, ok := elsewhere(err); ok {
+			err = s.b.DeleteKafkaOffsetAt(ctx, owner, pt, group)
+		} else if err == nil {
+			err = tp.DeleteKafkaOffset(ctx, group)
 		}
-		if err := tp.DeleteKafkaOffset(ctx, group); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// elsewhere says whether err is a partition's being owned by another
+// broker, and which broker and partition.
+func elsewhere(err error) (broker.BrokerInfo, broker.TopicName, bool) {
+	var ne *broker.NotOwnerError
+	if !errors.As(err, &ne) || ne.Owner.WebURL == "" {
+		return broker.BrokerInfo{}, broker.TopicName{}, false
+	}
+	t, perr := broker.ParseTopicName(ne.Topic)
+	return ne.Owner, t, perr == nil
+}
+
+// coordinateReq is coordinate for a request of connection c.
+func (g *groups) coordinateReq(c *conn, group string) int16 {
+	ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
+	defer cancel()
+	return g.coordinate(ctx, group)
+}
+
+// loadListed loads the stored groups this broker coordinates (or is the
+// one chosen to), so that ListGroups lists them.
+func (g *groups) loadListed(c *conn) {
+	ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
+	defer cancel()
+	recs, err := g.s.b.KafkaGroups(ctx)
+	if err != nil {
+		c.log.Warn("ListGroups: reading the stored groups failed", "err", err)
+		return
+	}
+	for _, rec := range recs {
+		gr, _, err := kafkagroup.Unmarshal(rec)
+		if err != nil {
+			continue
+		}
+		if l, err := g.s.b.LookupTopic(ctx, g.s.b.KafkaGroupTopic(gr.ID), false); err == nil && l.Self {
+			g.coordinate(ctx, gr.ID)
+		}
+	}
 }

@@ -42,14 +42,17 @@ func handleOffsetCommit(c *conn, sl *slot, kreq kmsg.Request) {
 		generation, member = -1, ""
 	}
 	g := c.s.groups
-	g.mu.Lock()
-	code := g.c.CheckCommit(c.s.cfg.Clock(), req.Group, member, strOr(req.InstanceID), generation)
-	if code == 0 && g.c.Group(req.Group) != nil && len(g.topics[req.Group]) == 0 && len(g.c.Group(req.Group).Members) == 0 {
-		g.markDirty(req.Group) // a simple consumer's group: remembered
+	code := int16(errInvalidGroupID)
+	if req.Group != "" {
+		code = g.coordinateReq(c, req.Group)
 	}
-	g.mu.Unlock()
-	if req.Group == "" {
-		code = errInvalidGroupID
+	if code == 0 {
+		g.mu.Lock()
+		code = g.c.CheckCommit(c.s.cfg.Clock(), req.Group, member, strOr(req.InstanceID), generation)
+		if code == 0 && g.c.Group(req.Group) != nil && len(g.topics[req.Group]) == 0 && len(g.c.Group(req.Group).Members) == 0 {
+			g.markDirty(req.Group) // a simple consumer's group: remembered
+		}
+		g.mu.Unlock()
 	}
 	for _, rt := range req.Topics {
 		t := kmsg.NewOffsetCommitResponseTopic()
@@ -77,7 +80,9 @@ func handleOffsetCommit(c *conn, sl *slot, kreq kmsg.Request) {
 
 func (s *Server) commit(ctx context.Context, group string, t broker.TopicName, partition int32, offset int64, metadata string) int16 {
 	tp, err := s.b.KafkaPartition(ctx, t, partition)
-	if err == nil {
+	if owner, pt, ok := elsewhere(err); ok {
+		err = s.b.CommitKafkaOffsetAt(ctx, owner, pt, group, offset, metadata)
+	} else if err == nil {
 		err = tp.CommitKafkaOffset(ctx, group, offset, metadata)
 	}
 	if err != nil {
@@ -106,6 +111,9 @@ func (s *Server) commit(ctx context.Context, group string, t broker.TopicName, p
 // fetchOffsets answers one group's OffsetFetch: the partitions asked, or
 // (topics nil) every partition of the topics the group committed on.
 func (s *Server) fetchOffsets(ctx context.Context, group string, topics []kmsg.OffsetFetchRequestTopic) ([]kmsg.OffsetFetchResponseTopic, int16) {
+	if code := s.groups.coordinate(ctx, group); code != 0 {
+		return nil, code
+	}
 	if topics == nil {
 		s.groups.mu.Lock()
 		list := s.groups.topicList(group)
@@ -143,16 +151,20 @@ func (s *Server) fetchOffsets(ctx context.Context, group string, topics []kmsg.O
 				continue
 			}
 			tp, err := s.b.KafkaPartition(ctx, name, part)
+			var o broker.KafkaOffset
+			if owner, pt, ok := elsewhere(err); ok {
+				o, err = s.b.KafkaCommittedOffsetAt(ctx, owner, pt, group)
+			} else if err == nil {
+				o.Offset, o.Metadata, o.Committed, err = tp.KafkaCommittedOffset(ctx, group)
+			}
 			if errors.Is(err, broker.ErrTopicNotFound) {
 				t.Partitions = append(t.Partitions, p) // no offset: -1, as Kafka answers
 				continue
 			}
 			if err == nil {
-				var md string
-				var ok bool
-				p.Offset, md, ok, err = tp.KafkaCommittedOffset(ctx, group)
-				if ok {
-					p.Metadata = &md
+				p.Offset = o.Offset
+				if o.Committed {
+					p.Metadata = &o.Metadata
 				}
 			}
 			if err != nil {
@@ -218,6 +230,10 @@ func handleOffsetDelete(c *conn, sl *slot, kreq kmsg.Request) {
 	ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
 	defer cancel()
 	g := c.s.groups
+	if resp.ErrorCode = g.coordinateReq(c, req.Group); resp.ErrorCode != 0 {
+		sl.finish(resp)
+		return
+	}
 	g.mu.Lock()
 	gr := g.c.Group(req.Group)
 	busy := gr != nil && len(gr.Members) > 0
