@@ -158,7 +158,8 @@ func (b *Broker) policiesChanged(tenant, ns string, p Policies) {
 }
 
 // openOptions are the options of a topic's managed ledger: its
-// namespace's retention, applied before the first trim. None if the
+// namespace's replication (persistence policies) and retention, applied
+// before its first ledger and its first trim. None if the
 // policies cannot be read (a topic stored before its namespace keeps the
 // broker's defaults; otherwise the next enforcement tick applies them).
 func (b *Broker) openOptions(ctx context.Context, t TopicName) []ledger.OpenOption {
@@ -166,15 +167,19 @@ func (b *Broker) openOptions(ctx context.Context, t TopicName) []ledger.OpenOpti
 	if err != nil {
 		return nil
 	}
+	var opts []ledger.OpenOption
+	if pp := p.Persistence; pp != nil {
+		opts = append(opts, ledger.WithQuorums(pp.BookkeeperEnsemble, pp.BookkeeperWriteQuorum, pp.BookkeeperAckQuorum))
+	}
 	c, err := b.TopicConfig(ctx, t)
 	if rt, rs, ok := ownRetention(&c, p.RetentionPolicies); err == nil && ok {
-		return []ledger.OpenOption{ledger.WithRetention(rt, rs)}
+		return append(opts, ledger.WithRetention(rt, rs))
 	}
 	if p.RetentionPolicies == nil {
-		return nil
+		return opts
 	}
 	rt, rs := retentionLimits(*p.RetentionPolicies)
-	return []ledger.OpenOption{ledger.WithRetention(rt, rs)}
+	return append(opts, ledger.WithRetention(rt, rs))
 }
 
 // applyRetention gives the topic's managed ledger the retention r (nil:

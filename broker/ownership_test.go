@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/magnetar-io/magnetar/bookie/bookietest"
+	"github.com/magnetar-io/magnetar/bookie/client"
+	"github.com/magnetar-io/magnetar/meta"
 )
 
 func TestBundles(t *testing.T) {
@@ -185,5 +189,96 @@ func TestOwnershipSpreadsBundles(t *testing.T) {
 	}
 	if to["a"] != 2 || to["b"] != 2 {
 		t.Fatalf("4 bundles went %v, want 2 to each broker", to)
+	}
+}
+
+// TestPersistencePolicies: a namespace's persistence policies set the
+// quorums of its topics' ledgers.
+func TestPersistencePolicies(t *testing.T) {
+	tc := newTestCluster(t)
+	for _, dir := range []string{"/b2", "/b3"} {
+		b, err := bookietest.Start(tc.store, bookietest.Options{Dir: dir, NoSync: true, Logger: brokerTestLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Stop)
+	}
+	st := tc.newStack(t)
+	ctx := testCtx(t)
+	if err := st.b.Bootstrap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad := &PersistencePolicies{BookkeeperEnsemble: 2, BookkeeperWriteQuorum: 3, BookkeeperAckQuorum: 1}
+	if err := st.b.SetPersistence(ctx, "public", "default", bad); !errors.Is(err, ErrPreconditionFailed) {
+		t.Fatalf("write quorum above the ensemble: %v", err)
+	}
+	pp := &PersistencePolicies{BookkeeperEnsemble: 3, BookkeeperWriteQuorum: 3, BookkeeperAckQuorum: 2}
+	if err := st.b.SetPersistence(ctx, "public", "default", pp); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := st.b.NamespacePolicies(ctx, "public", "default"); err != nil || p.Persistence == nil || *p.Persistence != *pp {
+		t.Fatalf("policies %+v, %v", p.Persistence, err)
+	}
+	tn, _ := ParseTopicName("persistent://public/default/replicated")
+	tp, err := st.b.Topic(ctx, tn, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tp.ManagedLedger().LastConfirmed().Ledger
+	v, _, err := tc.store.Get(ctx, meta.LedgerPath(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := client.ParseMetadata(id, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.EnsembleSize != 3 || md.WriteQuorum != 3 || md.AckQuorum != 2 || len(md.Ensembles[0].Bookies) != 3 {
+		t.Fatalf("ledger %d: %d/%d/%d over %v, want 3/3/2 over three bookies", id, md.EnsembleSize, md.WriteQuorum, md.AckQuorum, md.Ensembles[0].Bookies)
+	}
+}
+
+// TestLoadShedding: a broker holding far more bundles than the cluster's
+// average unloads one; one near the average does not.
+func TestLoadShedding(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.newStack(t, named("a"), func(c *Config) { c.LoadShedInterval = -1 })
+	b := tc.newStack(t, named("b"), func(c *Config) { c.LoadShedInterval = -1 })
+	ctx := testCtx(t)
+	if err := a.b.Bootstrap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.b.UpdateNamespacePolicies(ctx, "public", "default", func(p *Policies) error {
+		p.Bundles = &BundlesData{Boundaries: bundleBoundaries(8), NumBundles: 8}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := a.b.Bundles(ctx, "public", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bd := range bs[:5] { // a takes five bundles, b none
+		if _, err := a.b.LookupTopic(ctx, topicIn(t, bd), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.b.own.report()
+	b.b.own.report()
+	a.b.own.shed()
+	if got := len(a.b.OwnedBundles()); got != 4 {
+		t.Fatalf("a owns %d bundles after shedding, want 4", got)
+	}
+	// With b holding two, 4 against 2 (average 3) is balanced enough.
+	for _, bd := range bs[5:7] {
+		if _, err := b.b.LookupTopic(ctx, topicIn(t, bd), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.b.own.report()
+	b.b.own.report()
+	a.b.own.shed()
+	if got := len(a.b.OwnedBundles()); got != 4 {
+		t.Fatalf("a owns %d bundles after shedding near the average, want 4", got)
 	}
 }

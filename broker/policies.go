@@ -40,6 +40,7 @@ type Policies struct {
 	DeduplicationEnabled      *bool                      `json:"deduplicationEnabled,omitempty"`
 	AutoTopicCreationOverride *AutoTopicCreationOverride `json:"autoTopicCreationOverride,omitempty"`
 	BacklogQuotaMap           map[string]BacklogQuota    `json:"backlog_quota_map"`
+	Persistence               *PersistencePolicies       `json:"persistence,omitempty"`
 	// SchemaCompatibilityStrategy is stored and served; "UNDEFINED" means
 	// the broker's setting applies.
 	SchemaCompatibilityStrategy string `json:"schema_compatibility_strategy,omitempty"`
@@ -53,6 +54,18 @@ type Policies struct {
 type BundlesData struct {
 	Boundaries []string `json:"boundaries"`
 	NumBundles int      `json:"numBundles"`
+}
+
+// PersistencePolicies set how the namespace's new ledgers are replicated
+// (Pulsar's names): over BookkeeperEnsemble bookies, each entry on
+// BookkeeperWriteQuorum of them, acknowledged once BookkeeperAckQuorum
+// have it. ManagedLedgerMaxMarkDeleteRate is kept for Pulsar's tools;
+// Magnetar's cursors persist on their own schedule.
+type PersistencePolicies struct {
+	BookkeeperEnsemble             int     `json:"bookkeeperEnsemble"`
+	BookkeeperWriteQuorum          int     `json:"bookkeeperWriteQuorum"`
+	BookkeeperAckQuorum            int     `json:"bookkeeperAckQuorum"`
+	ManagedLedgerMaxMarkDeleteRate float64 `json:"managedLedgerMaxMarkDeleteRate"`
 }
 
 // RetentionPolicies keep acknowledged messages up to this age or size
@@ -421,6 +434,29 @@ func (b *Broker) SetBacklogQuota(ctx context.Context, tenant, ns, typ string, q 
 func (b *Broker) SetDeduplication(ctx context.Context, tenant, ns string, on *bool) error {
 	err := b.UpdateNamespacePolicies(ctx, tenant, ns, func(p *Policies) error {
 		p.DeduplicationEnabled = on
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return b.unloadNamespace(ctx, tenant, ns)
+}
+
+// SetPersistence sets (pp != nil) or removes the replication of
+// tenant/ns's new ledgers (E ≥ Qw ≥ Qa ≥ 1, E at most 64). The
+// namespace's topics loaded here are unloaded, so that they load again
+// and roll to a ledger replicated so; elsewhere the change applies when a
+// topic next loads.
+func (b *Broker) SetPersistence(ctx context.Context, tenant, ns string, pp *PersistencePolicies) error {
+	if pp != nil {
+		e, qw, qa := pp.BookkeeperEnsemble, pp.BookkeeperWriteQuorum, pp.BookkeeperAckQuorum
+		if !(e >= qw && qw >= qa && qa >= 1 && e <= 64) || pp.ManagedLedgerMaxMarkDeleteRate < 0 {
+			return fmt.Errorf("%w: bookkeeper ensemble %d, write quorum %d, ack quorum %d: want ensemble ≥ write quorum ≥ ack quorum ≥ 1 (ensemble at most 64)",
+				ErrPreconditionFailed, e, qw, qa)
+		}
+	}
+	err := b.UpdateNamespacePolicies(ctx, tenant, ns, func(p *Policies) error {
+		p.Persistence = pp
 		return nil
 	})
 	if err != nil {

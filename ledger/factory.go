@@ -65,11 +65,8 @@ func (f *Factory) Open(ctx context.Context, name string, opts ...OpenOption) (*M
 	f.open[name] = nil
 	f.mu.Unlock()
 
-	ml, err := open(ctx, f, name, path)
+	ml, err := open(ctx, f, name, path, opts)
 	if err == nil {
-		for _, o := range opts {
-			o(ml)
-		}
 		// Every durable cursor is loaded before anything is trimmed.
 		if err = ml.loadCursors(ctx); err != nil {
 			ml.Close(ctx)

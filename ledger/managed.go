@@ -18,6 +18,7 @@ type ManagedLedger struct {
 	name, path string
 	f          *Factory
 	cfg        *Config
+	quorums    *[3]int // E, Qw, Qa of new ledgers (WithQuorums); nil: the factory's
 	log        *slog.Logger
 	cacheID    uint64 // this instance's key space in the shared cache
 

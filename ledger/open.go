@@ -19,12 +19,15 @@ const maxOpenAttempts = 10
 // read — it is opening the managed ledger too, or was writing it) it reads
 // the list again and recovers again: the last to open wins, and every
 // earlier owner is fenced.
-func open(ctx context.Context, f *Factory, name, path string) (_ *ManagedLedger, err error) {
+func open(ctx context.Context, f *Factory, name, path string, opts []OpenOption) (_ *ManagedLedger, err error) {
 	cfg := &f.cfg
 	ml := &ManagedLedger{name: name, path: path, f: f, cfg: cfg,
 		log: cfg.Logger.With("component", "managed-ledger", "name", name),
 		ops: make(chan struct{}, 1), readers: make(map[int64]LedgerReader),
 		cursors: make(map[string]*Cursor), cursorOps: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(ml) // before the first ledger is created: it may use them
+	}
 	var w LedgerWriter // created once, reused across attempts
 	defer func() {
 		if err != nil && w != nil {

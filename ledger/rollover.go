@@ -184,8 +184,12 @@ func (ml *ManagedLedger) retryLater() {
 }
 
 func (ml *ManagedLedger) ledgerOptions() LedgerOptions {
-	return LedgerOptions{EnsembleSize: ml.cfg.EnsembleSize, WriteQuorum: ml.cfg.WriteQuorum,
+	o := LedgerOptions{EnsembleSize: ml.cfg.EnsembleSize, WriteQuorum: ml.cfg.WriteQuorum,
 		AckQuorum: ml.cfg.AckQuorum, Custom: map[string]string{"managed-ledger": ml.name}}
+	if q := ml.quorums; q != nil {
+		o.EnsembleSize, o.WriteQuorum, o.AckQuorum = q[0], q[1], q[2]
+	}
+	return o
 }
 
 // switchLocked makes the prepared ledger current, starting at the next

@@ -60,6 +60,17 @@ func WithRetention(retentionTime time.Duration, size int64) OpenOption {
 	}
 }
 
+// WithQuorums opens the managed ledger with its own ensemble size, write
+// quorum and ack quorum for the ledgers it creates (E ≥ Qw ≥ Qa ≥ 1;
+// others are ignored), instead of the factory's.
+func WithQuorums(ensemble, writeQuorum, ackQuorum int) OpenOption {
+	return func(ml *ManagedLedger) {
+		if ensemble >= writeQuorum && writeQuorum >= ackQuorum && ackQuorum >= 1 {
+			ml.quorums = &[3]int{ensemble, writeQuorum, ackQuorum}
+		}
+	}
+}
+
 // ResetRetention gives the managed ledger the factory's retention back
 // (see SetRetention).
 func (ml *ManagedLedger) ResetRetention() {

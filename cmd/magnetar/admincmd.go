@@ -472,6 +472,18 @@ destination_storage quota) or by the age of its oldest message
 	setATC.Flags().StringVar(&atcType, "type", "non-partitioned", "topic type created: non-partitioned or partitioned")
 	setATC.Flags().IntVar(&atcPartitions, "partitions", 0, "partitions of topics created partitioned")
 
+	var persist [3]int
+	setPersist := &cobra.Command{Use: "set-persistence TENANT/NAMESPACE", Short: "Set how the namespace's new ledgers are replicated",
+		Long: `Set how the namespace's new ledgers are replicated: striped over --ensemble
+bookies, each entry written to --write-quorum of them and acknowledged once
+--ack-quorum have it on their journal (ensemble ≥ write quorum ≥ ack
+quorum ≥ 1). Topics start new ledgers so replicated when they next load
+(the namespace's topics on the broker asked are reloaded at once).`,
+		Example: "  magnetar admin namespaces set-persistence public/default --ensemble 3 --write-quorum 2 --ack-quorum 2"}
+	setPersist.Flags().IntVar(&persist[0], "ensemble", 2, "bookies each ledger is striped over (E)")
+	setPersist.Flags().IntVar(&persist[1], "write-quorum", 2, "bookies each entry is written to (Qw)")
+	setPersist.Flags().IntVar(&persist[2], "ack-quorum", 2, "bookies that must acknowledge an entry (Qa)")
+
 	cmd.AddCommand(
 		a.adminLeaf(&cobra.Command{
 			Use: "list TENANT", Short: "List the namespaces of a tenant", Args: cobra.ExactArgs(1),
@@ -558,6 +570,14 @@ destination_storage quota) or by the age of its oldest message
 		}, "set the auto topic creation of %s"),
 		simple(&cobra.Command{Use: "remove-auto-topic-creation TENANT/NAMESPACE", Short: "Remove the namespace's auto topic creation (the broker's setting applies)",
 			Example: "  magnetar admin namespaces remove-auto-topic-creation public/default"}, "DELETE", "/autoTopicCreation", nil, nil, "removed the auto topic creation of %s"),
+		simple(setPersist, "POST", "/persistence", nil, func() (any, error) {
+			return map[string]any{"bookkeeperEnsemble": persist[0], "bookkeeperWriteQuorum": persist[1],
+				"bookkeeperAckQuorum": persist[2], "managedLedgerMaxMarkDeleteRate": 0}, nil
+		}, "set the persistence of %s"),
+		simple(&cobra.Command{Use: "get-persistence TENANT/NAMESPACE", Short: "Show how the namespace's ledgers are replicated",
+			Example: "  magnetar admin namespaces get-persistence public/default"}, "GET", "/persistence", nil, nil, ""),
+		simple(&cobra.Command{Use: "remove-persistence TENANT/NAMESPACE", Short: "Remove the namespace's persistence (the broker's managed-ledger-* settings apply)",
+			Example: "  magnetar admin namespaces remove-persistence public/default"}, "DELETE", "/persistence", nil, nil, "removed the persistence of %s"),
 	)
 	setBQ.Args = cobra.ExactArgs(1)
 	cmd.AddCommand(a.bundleCommands()...)

@@ -33,6 +33,9 @@ import (
 //	GET    /{tenant}/{ns}/autoTopicCreation   200 {"allowAutoTopicCreation", "topicType", "defaultNumPartitions"} | 204 unset
 //	POST   /{tenant}/{ns}/autoTopicCreation   body the same: 204 | 412
 //	DELETE /{tenant}/{ns}/autoTopicCreation   204
+//	GET    /{tenant}/{ns}/persistence         200 {"bookkeeperEnsemble", "bookkeeperWriteQuorum", "bookkeeperAckQuorum", "managedLedgerMaxMarkDeleteRate"} | 204 unset
+//	POST   /{tenant}/{ns}/persistence         body the same: 204 | 412 quorums out of order
+//	DELETE /{tenant}/{ns}/persistence         204 (the broker's managed-ledger-* settings apply)
 //
 // As in Pulsar, an unset policy reads as 204 No Content, an invalid name
 // is 412, a body that is not the expected JSON is 400, and a refused
@@ -131,6 +134,7 @@ func (a *api) registerNamespaces(s *Server) {
 	policyGet("/backlogQuotaMap", func(w http.ResponseWriter, p broker.Policies) { writeJSON(w, http.StatusOK, p.BacklogQuotaMap) })
 	policyGet("/deduplication", func(w http.ResponseWriter, p broker.Policies) { writeOptional(w, p.DeduplicationEnabled) })
 	policyGet("/autoTopicCreation", func(w http.ResponseWriter, p broker.Policies) { writeOptional(w, p.AutoTopicCreationOverride) })
+	policyGet("/persistence", func(w http.ResponseWriter, p broker.Policies) { writeOptional(w, p.Persistence) })
 
 	// change registers a setter or remover answering 204.
 	change := func(pattern string, f func(r *http.Request, tenant, ns string) error) {
@@ -205,5 +209,15 @@ func (a *api) registerNamespaces(s *Server) {
 	})
 	change("DELETE "+nsPath+"/autoTopicCreation", func(r *http.Request, tenant, ns string) error {
 		return a.b.SetAutoTopicCreation(r.Context(), tenant, ns, nil)
+	})
+	change("POST "+nsPath+"/persistence", func(r *http.Request, tenant, ns string) error {
+		var pp broker.PersistencePolicies
+		if err := readJSON(r, &pp, true); err != nil {
+			return err
+		}
+		return a.b.SetPersistence(r.Context(), tenant, ns, &pp)
+	})
+	change("DELETE "+nsPath+"/persistence", func(r *http.Request, tenant, ns string) error {
+		return a.b.SetPersistence(r.Context(), tenant, ns, nil)
 	})
 }
