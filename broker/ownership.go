@@ -256,6 +256,7 @@ func (o *ownership) kafkaNodeID(ctx context.Context) (int32, error) {
 		if err != nil {
 			return 0, err
 		}
+		n-- // ids count from 1: the first broker is node 0, as in Kafka
 		if n > 1<<31-1 {
 			return 0, errors.New("out of Kafka node ids")
 		}

@@ -736,3 +736,125 @@ func TestClusterKafkaGroups(t *testing.T) {
 	}
 	t.Logf("member 1 consumed and committed %d, member 2 the other %d after the coordinator was killed", got, rest)
 }
+
+// TestClusterBookieLossAndAutoRecovery: a bookie of a topic's ledger is
+// killed during Kafka writes (E/Qw/Qa 2/2/2 over three bookies): the
+// writer goes on by an ensemble change; auto-recovery marks the ledger
+// under-replicated; an empty replacement bookie starts and the ledger is
+// replicated again in full. Then another original bookie is stopped and a
+// fresh broker (nothing cached) reads every acknowledged record back from
+// the bookies left.
+func TestClusterBookieLossAndAutoRecovery(t *testing.T) {
+	zkAddr, chroot := testZK(t)
+	store := "zk:" + zkAddr + chroot
+	bookie := func() *proc {
+		p := start(t, "bookie", "--data-dir", t.TempDir(), "--bookie-listen", freePort(t), "--metadata-store", store,
+			"--zk-session-timeout", "3s", "--autorecovery-grace-period", "1s", "--autorecovery-audit-interval", "2s",
+			"--log-format", "json")
+		p.waitLine(`"msg":"magnetar bookie ready"`, 60*time.Second)
+		return p
+	}
+	brokerArgs := []string{"broker", "--metadata-store", store, "--zk-session-timeout", "3s", "--cluster", "test",
+		"--pulsar-listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+		"--managed-ledger-ensemble-size", "2", "--managed-ledger-write-quorum", "2", "--managed-ledger-ack-quorum", "2",
+		"--log-format", "json"}
+	startBroker := func() *clusterBroker {
+		p := start(t, brokerArgs...)
+		b := &clusterBroker{p: p}
+		if err := json.Unmarshal([]byte(p.waitLine(`"msg":"magnetar broker ready"`, 60*time.Second)), &b.r); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	// The topic's first ledger goes on A and B, the only bookies then.
+	a, b := bookie(), bookie()
+	br := startBroker()
+	setRetention(t, br)
+	if code, body := httpDo(t, "PUT", br.web()+"/admin/v2/persistent/public/default/durable", ""); code != 204 {
+		t.Fatalf("create topic: %d %s", code, body)
+	}
+	kc, err := kgo.NewClient(kgo.SeedBrokers(br.r.KafkaAdvertised), kgo.DefaultProduceTopic("durable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	var acked []string
+	produce := func(n int) {
+		t.Helper()
+		for range n {
+			v := fmt.Sprint("r-", len(acked))
+			if err := kc.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+				t.Fatalf("produce %s: %v", v, err)
+			}
+			acked = append(acked, v)
+		}
+	}
+	produce(200)
+
+	// C joins; A dies during writes: the writer replaces it by C.
+	bookie() // C
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		produce(300)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	a.kill()
+	<-done
+	underReplicated := func() []json.RawMessage {
+		code, body := httpDo(t, "GET", br.web()+"/admin/v2/autorecovery/under-replicated", "")
+		var list []json.RawMessage
+		if code != 200 || json.Unmarshal([]byte(body), &list) != nil {
+			t.Fatalf("under-replicated: %d %s", code, body)
+		}
+		return list
+	}
+	eventually(t, 60*time.Second, func() error {
+		if len(underReplicated()) == 0 {
+			return fmt.Errorf("no ledger marked under-replicated yet")
+		}
+		return nil
+	})
+	// An empty replacement: everything is replicated again.
+	bookie() // D
+	eventually(t, 90*time.Second, func() error {
+		if l := underReplicated(); len(l) > 0 {
+			return fmt.Errorf("still under-replicated: %s", l)
+		}
+		return nil
+	})
+	if code, out := cli(t, "admin", "bookies", "under-replicated", "--url", br.web()); code != 0 || !strings.Contains(out, "no under-replicated ledgers") {
+		t.Fatalf("admin bookies under-replicated: exit %d, %s", code, out)
+	}
+
+	// B stops; a new broker reads it all from C and D.
+	br.p.signal(syscall.SIGTERM)
+	br.p.waitLine(`"msg":"shutdown complete"`, 30*time.Second)
+	b.kill()
+	br2 := startBroker()
+	rc, err := kgo.NewClient(kgo.SeedBrokers(br2.r.KafkaAdvertised), kgo.ConsumeTopics("durable"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var got []string
+	for len(got) < len(acked) {
+		fs := rc.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("consume after %d of %d: %v", len(got), len(acked), err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset != int64(len(got)) {
+				t.Fatalf("record at offset %d after %d records", r.Offset, len(got))
+			}
+			got = append(got, string(r.Value))
+		})
+	}
+	if !slices.Equal(got, acked) {
+		t.Fatalf("read back differs from what was acknowledged")
+	}
+}
