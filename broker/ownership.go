@@ -680,8 +680,8 @@ type unloadHint struct {
 
 // choose picks the broker for bundle bd: the live broker with the fewest
 // bundles (counting those it was given since its last report), then the
-// least traffic, then the smallest id; the broker bd was just unloaded
-// from only if it is the only one.
+// least traffic, then this broker; the broker bd was just unloaded from
+// only if it is the only one.
 func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, error) {
 	list, err := o.liveBrokers(ctx, true)
 	if err != nil {
@@ -712,7 +712,11 @@ func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, error) {
 		if lb.Info.ID == o.self.ID {
 			n = len(o.owned) + o.taking // exact for ourselves
 		}
-		if best == nil || n < bestBundles || (n == bestBundles && lb.Load.msgRate() < best.Load.msgRate()) {
+		// Ties go to this broker: brokers choosing at once from the same
+		// stale reports then spread new bundles over themselves instead of
+		// all picking the same one.
+		if best == nil || n < bestBundles || (n == bestBundles && (lb.Load.msgRate() < best.Load.msgRate() ||
+			(lb.Load.msgRate() == best.Load.msgRate() && lb.Info.ID == o.self.ID))) {
 			best, bestBundles = lb, n
 		}
 	}
