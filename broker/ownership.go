@@ -187,6 +187,7 @@ type bundleOwner struct {
 type brokerList struct {
 	mu    sync.Mutex
 	valid bool
+	armed bool // a watch is set
 	list  []LiveBroker
 }
 
@@ -335,7 +336,14 @@ func (o *ownership) liveBrokers(ctx context.Context, fresh bool) ([]LiveBroker, 
 	if bl.valid && !fresh {
 		return bl.list, nil
 	}
-	names, ev, err := o.store.ChildrenW(ctx, meta.BrokersRoot)
+	var names []string
+	var ev <-chan meta.Event
+	var err error
+	if bl.armed {
+		names, err = o.store.Children(ctx, meta.BrokersRoot) // a fresh read: the watch is set
+	} else {
+		names, ev, err = o.store.ChildrenW(ctx, meta.BrokersRoot)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -360,12 +368,15 @@ func (o *ownership) liveBrokers(ctx context.Context, fresh bool) ([]LiveBroker, 
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Info.ID < list[j].Info.ID })
 	bl.list, bl.valid = list, true
-	go func() {
-		<-ev
-		bl.mu.Lock()
-		bl.valid = false
-		bl.mu.Unlock()
-	}()
+	if ev != nil {
+		bl.armed = true
+		go func() {
+			<-ev
+			bl.mu.Lock()
+			bl.valid, bl.armed = false, false
+			bl.mu.Unlock()
+		}()
+	}
 	return list, nil
 }
 
@@ -387,12 +398,12 @@ func (b *Broker) LookupTopic(ctx context.Context, t TopicName, authoritative boo
 	o := b.own
 	h := TopicHash(t)
 	for attempt := 0; ; attempt++ {
-		l, ok, err := o.ownerOf(ctx, t.Tenant, t.Namespace, h)
+		l, ok, ours, err := o.ownerOf(ctx, t.Tenant, t.Namespace, h)
 		if err == nil && ok && !l.Self && authoritative {
 			// Sent here to take it: the cached owner may have just let it
 			// go (the cache learns of that by a watch). Read again.
 			o.invalidate(t.Tenant, t.Namespace)
-			l, ok, err = o.ownerOf(ctx, t.Tenant, t.Namespace, h)
+			l, ok, ours, err = o.ownerOf(ctx, t.Tenant, t.Namespace, h)
 		}
 		if err != nil || ok {
 			return l, err
@@ -402,17 +413,17 @@ func (b *Broker) LookupTopic(ctx context.Context, t TopicName, authoritative boo
 			return Lookup{}, err
 		}
 		target := o.self
-		if !authoritative {
+		if !authoritative && !ours {
 			if target, err = o.choose(ctx, bd); err != nil {
 				return Lookup{}, err
 			}
-			o.log.Info("bundle assigned", "bundle", bd.String(), "broker", target.ID)
+			o.log.Debug("bundle assigned", "bundle", bd.String(), "broker", target.ID)
 		}
 		if target.ID != o.self.ID {
 			return Lookup{Owner: target, Assigned: true}, nil
 		}
 		l, err = o.claim(ctx, bd)
-		if !authoritative {
+		if !authoritative && !ours {
 			o.mu.Lock()
 			o.taking--
 			o.mu.Unlock()
@@ -438,27 +449,28 @@ func (b *Broker) ensureOwned(ctx context.Context, t TopicName) error {
 }
 
 // ownerOf finds the owner of hash h in tenant/ns, from what this broker
-// holds, then the namespace's owner nodes.
-func (o *ownership) ownerOf(ctx context.Context, tenant, ns string, h uint32) (Lookup, bool, error) {
+// holds, then the namespace's owner nodes. ours: the node is this
+// broker's but not held (see below), so it should claim it.
+func (o *ownership) ownerOf(ctx context.Context, tenant, ns string, h uint32) (_ Lookup, found, ours bool, _ error) {
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
-		return Lookup{}, false, ErrBrokerClosed
+		return Lookup{}, false, false, ErrBrokerClosed
 	}
 	for _, ob := range o.owned {
 		if ob.b.Tenant == tenant && ob.b.Namespace == ns && ob.b.Contains(h) {
 			releasing := ob.releasing
 			o.mu.Unlock()
 			if releasing {
-				return Lookup{}, false, fmt.Errorf("%w: %s", ErrBundleUnloading, ob.b)
+				return Lookup{}, false, false, fmt.Errorf("%w: %s", ErrBundleUnloading, ob.b)
 			}
-			return Lookup{Owner: o.self, Self: true}, true, nil
+			return Lookup{Owner: o.self, Self: true}, true, false, nil
 		}
 	}
 	o.mu.Unlock()
 	owners, err := o.namespaceOwners(ctx, tenant, ns)
 	if err != nil {
-		return Lookup{}, false, err
+		return Lookup{}, false, false, err
 	}
 	for _, bo := range owners {
 		if !bo.b.Contains(h) {
@@ -468,11 +480,11 @@ func (o *ownership) ownerOf(ctx context.Context, tenant, ns string, h uint32) (L
 			// Ours but not held: left by an earlier run, or held through a
 			// disconnection after which we closed our topics. Claim it
 			// again (which adopts or replaces the node).
-			return Lookup{}, false, nil
+			return Lookup{}, false, true, nil
 		}
-		return Lookup{Owner: bo.owner}, true, nil
+		return Lookup{Owner: bo.owner}, true, false, nil
 	}
-	return Lookup{}, false, nil
+	return Lookup{}, false, false, nil
 }
 
 func nsOwnerPath(tenant, ns string) string { return meta.Join(meta.NamespaceOwnerRoot, tenant, ns) }
@@ -1027,7 +1039,7 @@ func (o *ownership) watchSession(events <-chan meta.SessionEvent) {
 				if expired {
 					expired = false
 					o.brokers.mu.Lock()
-					o.brokers.valid = false
+					o.brokers.valid = false // its watch was lost with the session
 					o.brokers.mu.Unlock()
 					o.mu.Lock()
 					for _, c := range o.owners {
