@@ -30,7 +30,7 @@ type testServer struct {
 	broker *broker.Broker
 }
 
-func startServer(t *testing.T, tweak func(*Config)) *testServer {
+func startServer(t testing.TB, tweak func(*Config)) *testServer {
 	t.Helper()
 	b := brokertest.Start(t, brokertest.Options{Bootstrap: true}).Broker
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -58,12 +58,12 @@ func startServer(t *testing.T, tweak func(*Config)) *testServer {
 
 // client speaks the Kafka framing over one connection.
 type client struct {
-	t    *testing.T
+	t    testing.TB
 	nc   net.Conn
 	corr int32
 }
 
-func (s *testServer) dial(t *testing.T) *client {
+func (s *testServer) dial(t testing.TB) *client {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
 	if err != nil {
@@ -222,7 +222,7 @@ func idempotentBatch(id int64, epoch int16, seq int32, values ...string) []byte 
 	return batchOf(broker.RecordBatch{ProducerID: id, ProducerEpoch: epoch, BaseSequence: seq, FirstTimestamp: 1, MaxTimestamp: 1}, values...)
 }
 
-func createTopic(t *testing.T, c *client, topic string, partitions int32) {
+func createTopic(t testing.TB, c *client, topic string, partitions int32) {
 	t.Helper()
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.Version = 4
@@ -235,7 +235,7 @@ func createTopic(t *testing.T, c *client, topic string, partitions int32) {
 	}
 }
 
-func produce(t *testing.T, c *client, topic string, batch []byte) kmsg.ProduceResponseTopicPartition {
+func produce(t testing.TB, c *client, topic string, batch []byte) kmsg.ProduceResponseTopicPartition {
 	t.Helper()
 	resp := roundTrip[*kmsg.ProduceResponse](c, produceReq(9, -1, topic, 0, batch))
 	return resp.Topics[0].Partitions[0]

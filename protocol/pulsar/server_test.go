@@ -35,7 +35,7 @@ type testServer struct {
 	broker *broker.Broker
 }
 
-func startServer(t *testing.T, tweak func(*Config)) *testServer {
+func startServer(t testing.TB, tweak func(*Config)) *testServer {
 	t.Helper()
 	log := testLogger()
 	b := brokertest.Start(t, brokertest.Options{}).Broker
@@ -62,12 +62,12 @@ func startServer(t *testing.T, tweak func(*Config)) *testServer {
 
 // rawClient speaks the protocol frame by frame.
 type rawClient struct {
-	t  *testing.T
+	t  testing.TB
 	nc net.Conn
 	r  *frame.Reader
 }
 
-func dial(t *testing.T, s *testServer) *rawClient {
+func dial(t testing.TB, s *testServer) *rawClient {
 	t.Helper()
 	nc, err := net.Dial("tcp", s.addr)
 	if err != nil {
@@ -151,7 +151,7 @@ func (c *rawClient) producer(topic string, id uint64) {
 	}
 }
 
-func sendFrame(t *testing.T, producer, seq uint64, payload []byte) []byte {
+func sendFrame(t testing.TB, producer, seq uint64, payload []byte) []byte {
 	t.Helper()
 	b, err := frame.AppendPayloadCommand(nil,
 		&pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{ProducerId: proto.Uint64(producer), SequenceId: proto.Uint64(seq)}},
