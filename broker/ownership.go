@@ -146,14 +146,15 @@ type ownership struct {
 	lossTimeout, reportEvery, shedEvery time.Duration
 	shedThreshold                       float64
 
-	mu      sync.Mutex
-	owned   map[string]*ownedBundle // by Bundle.String()
-	owners  map[string]*nsOwners    // by "tenant/ns"
-	pending map[string]pendingCount // bundles given to other brokers since their last report
-	taking  int                     // bundles this broker chose itself for and is taking
-	epochs  uint64                  // bundles taken so far (ownedBundle.epoch)
-	brokers *brokerList
-	closed  bool
+	mu       sync.Mutex
+	owned    map[string]*ownedBundle // by Bundle.String()
+	owners   map[string]*nsOwners    // by "tenant/ns"
+	pending  map[string]pendingCount // bundles given to other brokers since their last report
+	taking   int                     // bundles this broker chose itself for and is taking
+	epochs   uint64                  // bundles taken so far (ownedBundle.epoch)
+	assigned map[string]assignment   // bundles lately given to other brokers, by Bundle.String()
+	brokers  *brokerList
+	closed   bool
 
 	stop chan struct{}
 	done sync.WaitGroup
@@ -201,7 +202,7 @@ func newInstanceID() string {
 // load reports, the load shedder and watching the session.
 func (b *Broker) startOwnership(ctx context.Context) error {
 	o := &ownership{b: b, store: b.cfg.Meta, log: b.log.With("component", "ownership"), self: b.cfg.Advertised,
-		start: time.Now(), owned: map[string]*ownedBundle{}, owners: map[string]*nsOwners{}, pending: map[string]pendingCount{},
+		start: time.Now(), owned: map[string]*ownedBundle{}, owners: map[string]*nsOwners{}, pending: map[string]pendingCount{}, assigned: map[string]assignment{},
 		brokers: &brokerList{}, stop: make(chan struct{})}
 	o.cluster, o.version = b.cfg.Cluster, b.cfg.Version
 	o.lossTimeout, o.reportEvery, o.shedEvery, o.shedThreshold = b.cfg.OwnershipLossTimeout, b.cfg.LoadReportInterval,
@@ -414,12 +415,19 @@ func (b *Broker) LookupTopic(ctx context.Context, t TopicName, authoritative boo
 		}
 		target := o.self
 		if !authoritative && !ours {
+			if prev, ok := o.assignedTo(bd); ok {
+				// Given out a moment ago and not taken yet: the same
+				// answer, or lookups of its other topics would choose
+				// again and split the bundle's clients.
+				return Lookup{Owner: prev, Assigned: true}, nil
+			}
 			if target, err = o.choose(ctx, bd); err != nil {
 				return Lookup{}, err
 			}
 			o.log.Debug("bundle assigned", "bundle", bd.String(), "broker", target.ID)
 		}
 		if target.ID != o.self.ID {
+			o.remember(bd, target)
 			return Lookup{Owner: target, Assigned: true}, nil
 		}
 		l, err = o.claim(ctx, bd)
@@ -433,6 +441,49 @@ func (b *Broker) LookupTopic(ctx context.Context, t TopicName, authoritative boo
 		}
 		return l, err
 	}
+}
+
+// assignmentTTL: how long a bundle given to another broker is given to it
+// again while nobody owns it.
+const assignmentTTL = 10 * time.Second
+
+type assignment struct {
+	to BrokerInfo
+	at time.Time
+}
+
+// assignedTo returns the broker bd was given to lately, if it is still
+// live.
+func (o *ownership) assignedTo(bd Bundle) (BrokerInfo, bool) {
+	o.mu.Lock()
+	a, ok := o.assigned[bd.String()]
+	if ok && time.Since(a.at) > assignmentTTL {
+		delete(o.assigned, bd.String())
+		ok = false
+	}
+	o.mu.Unlock()
+	if !ok {
+		return BrokerInfo{}, false
+	}
+	o.brokers.mu.Lock()
+	defer o.brokers.mu.Unlock()
+	for _, lb := range o.brokers.list {
+		if lb.Info.ID == a.to.ID {
+			return a.to, true
+		}
+	}
+	return BrokerInfo{}, false
+}
+
+func (o *ownership) remember(bd Bundle, to BrokerInfo) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, a := range o.assigned { // keep the map small
+		if time.Since(a.at) > assignmentTTL {
+			delete(o.assigned, k)
+		}
+	}
+	o.assigned[bd.String()] = assignment{to: to, at: time.Now()}
 }
 
 // ensureOwned returns nil if this broker owns t's bundle, taking it if
