@@ -3,6 +3,8 @@ package ledger
 import (
 	"errors"
 	"fmt"
+
+	"github.com/magnetar-io/magnetar/bookie/entry"
 )
 
 // indexEvery: the sparse index records every indexEvery-th entry of a
@@ -62,12 +64,24 @@ func (ml *ManagedLedger) Append(payload []byte, format Format, messages int32, d
 	ml.lastPubMs = pub
 	p.h = Header{Format: format, FirstOffset: ml.nextOffset, Messages: messages, PublishTime: pub}
 	ml.nextOffset += int64(messages)
-	p.data = append(AppendHeader(make([]byte, 0, HeaderSize+len(payload)), p.h), payload...)
+	// A writer that takes the entry in place gets room for its own header
+	// in front: one copy of the payload fewer.
+	rw, inPlace := c.w.(reservingWriter)
+	room := 0
+	if inPlace {
+		room = entry.HeaderSize
+	}
+	buf := append(AppendHeader(make([]byte, room, room+HeaderSize+len(payload)), p.h), payload...)
+	p.data = buf[room:]
 	p.cur, p.entry, p.lacAtSend = c, c.sent, c.l.entries-1
 	c.sent++
 	c.size += int64(len(p.data))
 	ml.sentPending++
-	c.w.Append(p.data, func(id int64, err error) { ml.completed(p, id, err) })
+	if inPlace {
+		rw.AppendReserved(buf, func(id int64, err error) { ml.completed(p, id, err) })
+	} else {
+		c.w.Append(p.data, func(id int64, err error) { ml.completed(p, id, err) })
+	}
 	roll := ml.shouldRollLocked()
 	ml.mu.Unlock()
 	if roll {

@@ -46,6 +46,15 @@ type LedgerWriter interface {
 	Close(ctx context.Context) error
 }
 
+// reservingWriter is a LedgerWriter that can take an entry in place: buf
+// starts with entry.HeaderSize free bytes for the writer's header, then
+// the payload; buf is the writer's until done is called and the payload
+// part is not changed (the managed ledger keeps reading it: its cache).
+// client.Writer is one.
+type reservingWriter interface {
+	AppendReserved(buf []byte, done func(entryID int64, err error))
+}
+
 // LedgerReader reads a ledger.
 type LedgerReader interface {
 	ID() int64

@@ -101,23 +101,43 @@ func (w *Writer) Metadata() LedgerMetadata {
 // without consequence). done runs on the writer's delivery goroutine and
 // must not call AppendSync or Close.
 func (w *Writer) Append(payload []byte, done func(entryID int64, err error)) {
+	w.add(len(payload), func(h entry.Header) []byte {
+		return entry.Encode(make([]byte, 0, entry.HeaderSize+len(payload)), h, payload)
+	}, done)
+}
+
+// AppendReserved is Append of buf[entry.HeaderSize:] without copying it:
+// the caller leaves buf's first entry.HeaderSize bytes free and the writer
+// puts the entry's header there. buf is the writer's until done is called
+// (it is sent again on an ensemble change); the payload part must not
+// change.
+func (w *Writer) AppendReserved(buf []byte, done func(entryID int64, err error)) {
+	if len(buf) < entry.HeaderSize {
+		done(-1, fmt.Errorf("%w: %d bytes leave no room for the header", entry.ErrMalformed, len(buf)))
+		return
+	}
+	w.add(len(buf)-entry.HeaderSize, func(h entry.Header) []byte { return entry.EncodeInPlace(buf, h) }, done)
+}
+
+// add queues and sends the next entry, of a payload of size bytes that
+// encode makes into the entry for its header.
+func (w *Writer) add(size int, encode func(entry.Header) []byte, done func(entryID int64, err error)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.refuseLocked(); err != nil {
 		w.pushLocked(completion{done: done, id: -1, err: err})
 		return
 	}
-	if entry.HeaderSize+len(payload) > entry.MaxSize {
+	if entry.HeaderSize+size > entry.MaxSize {
 		w.pushLocked(completion{done: done, id: -1, err: fmt.Errorf("%w: %d-byte payload, the limit is %d",
-			entry.ErrMalformed, len(payload), entry.MaxSize-entry.HeaderSize)})
+			entry.ErrMalformed, size, entry.MaxSize-entry.HeaderSize)})
 		return
 	}
 	id := w.next
 	w.next++
-	w.length += int64(len(payload))
+	w.length += int64(size)
 	h := entry.Header{Ledger: w.id, Entry: id, LAC: w.lac, Length: w.length}
-	p := &pendingAdd{id: id, length: w.length, done: done,
-		data: entry.Encode(make([]byte, 0, entry.HeaderSize+len(payload)), h, payload)}
+	p := &pendingAdd{id: id, length: w.length, done: done, data: encode(h)}
 	w.q.push(p)
 	for i := range w.qw {
 		w.sendLocked(p, i)

@@ -60,6 +60,19 @@ func Encode(dst []byte, h Header, payload []byte) []byte {
 	return append(dst, payload...)
 }
 
+// EncodeInPlace writes the header of h and the checksum into the first
+// HeaderSize bytes of buf, whose rest is the payload, and returns buf:
+// Encode without copying the payload.
+func EncodeInPlace(buf []byte, h Header) []byte {
+	binary.BigEndian.PutUint64(buf[0:], uint64(h.Ledger))
+	binary.BigEndian.PutUint64(buf[8:], uint64(h.Entry))
+	binary.BigEndian.PutUint64(buf[16:], uint64(h.LAC))
+	binary.BigEndian.PutUint64(buf[24:], uint64(h.Length))
+	crc := crc32.Update(crc32.Checksum(buf[:32], castagnoli), castagnoli, buf[HeaderSize:])
+	binary.BigEndian.PutUint32(buf[32:], crc)
+	return buf
+}
+
 // Parse decodes the header of b without verifying the checksum.
 func Parse(b []byte) (Header, error) {
 	if len(b) < HeaderSize || len(b) > MaxSize {

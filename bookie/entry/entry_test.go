@@ -46,3 +46,11 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+func TestEncodeInPlace(t *testing.T) {
+	h := Header{Ledger: 7, Entry: 42, LAC: 41, Length: 1 << 40}
+	buf := append(make([]byte, HeaderSize), "hello"...)
+	if got, want := EncodeInPlace(buf, h), Encode(nil, h, []byte("hello")); !bytes.Equal(got, want) {
+		t.Fatalf("EncodeInPlace = %x, Encode = %x", got, want)
+	}
+}
