@@ -413,25 +413,17 @@ func (b *Broker) LookupTopic(ctx context.Context, t TopicName, authoritative boo
 		if err != nil {
 			return Lookup{}, err
 		}
-		target := o.self
+		target, taking := o.self, false
 		if !authoritative && !ours {
-			if prev, ok := o.assignedTo(bd); ok {
-				// Given out a moment ago and not taken yet: the same
-				// answer, or lookups of its other topics would choose
-				// again and split the bundle's clients.
-				return Lookup{Owner: prev, Assigned: true}, nil
-			}
-			if target, err = o.choose(ctx, bd); err != nil {
+			if target, taking, err = o.choose(ctx, bd); err != nil {
 				return Lookup{}, err
 			}
-			o.log.Debug("bundle assigned", "bundle", bd.String(), "broker", target.ID)
 		}
 		if target.ID != o.self.ID {
-			o.remember(bd, target)
 			return Lookup{Owner: target, Assigned: true}, nil
 		}
 		l, err = o.claim(ctx, bd)
-		if !authoritative && !ours {
+		if taking {
 			o.mu.Lock()
 			o.taking--
 			o.mu.Unlock()
@@ -450,40 +442,6 @@ const assignmentTTL = 10 * time.Second
 type assignment struct {
 	to BrokerInfo
 	at time.Time
-}
-
-// assignedTo returns the broker bd was given to lately, if it is still
-// live.
-func (o *ownership) assignedTo(bd Bundle) (BrokerInfo, bool) {
-	o.mu.Lock()
-	a, ok := o.assigned[bd.String()]
-	if ok && time.Since(a.at) > assignmentTTL {
-		delete(o.assigned, bd.String())
-		ok = false
-	}
-	o.mu.Unlock()
-	if !ok {
-		return BrokerInfo{}, false
-	}
-	o.brokers.mu.Lock()
-	defer o.brokers.mu.Unlock()
-	for _, lb := range o.brokers.list {
-		if lb.Info.ID == a.to.ID {
-			return a.to, true
-		}
-	}
-	return BrokerInfo{}, false
-}
-
-func (o *ownership) remember(bd Bundle, to BrokerInfo) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for k, a := range o.assigned { // keep the map small
-		if time.Since(a.at) > assignmentTTL {
-			delete(o.assigned, k)
-		}
-	}
-	o.assigned[bd.String()] = assignment{to: to, at: time.Now()}
 }
 
 // ensureOwned returns nil if this broker owns t's bundle, taking it if
@@ -686,6 +644,7 @@ func (o *ownership) claim(ctx context.Context, bd Bundle) (Lookup, error) {
 		o.store.Delete(context.WithoutCancel(ctx), p, meta.AnyVersion)
 		return Lookup{}, ErrBrokerClosed
 	}
+	delete(o.assigned, bd.String())
 	if _, held := o.owned[bd.String()]; !held {
 		o.epochs++
 		o.owned[bd.String()] = &ownedBundle{b: bd, path: p, epoch: o.epochs}
@@ -745,10 +704,10 @@ type unloadHint struct {
 // bundles (counting those it was given since its last report), then the
 // least traffic, then this broker; the broker bd was just unloaded from
 // only if it is the only one.
-func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, error) {
+func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, bool, error) {
 	list, err := o.liveBrokers(ctx, true)
 	if err != nil {
-		return BrokerInfo{}, err
+		return BrokerInfo{}, false, err
 	}
 	var avoid string
 	if v, _, err := o.store.Get(ctx, meta.Join(unloadHintsRoot, bd.Tenant, bd.Namespace, bd.Range())); err == nil {
@@ -759,6 +718,26 @@ func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	key := bd.String()
+	if ob := o.owned[key]; ob != nil && !ob.releasing {
+		// Taken by a lookup that ran beside this one.
+		return o.self, o.noteChoiceLocked(o.self, true), nil
+	}
+	if a, ok := o.assigned[key]; ok && time.Since(a.at) <= assignmentTTL {
+		// Given out a moment ago and not taken yet: the same answer, or
+		// lookups of its other topics would choose again and split the
+		// bundle's clients.
+		for _, lb := range list {
+			if lb.Info.ID == a.to.ID {
+				return a.to, o.noteChoiceLocked(a.to, false), nil
+			}
+		}
+	}
+	for k, a := range o.assigned { // keep the map small
+		if time.Since(a.at) > assignmentTTL {
+			delete(o.assigned, k)
+		}
+	}
 	var best *LiveBroker
 	bestBundles := 0
 	for i := range list {
@@ -787,22 +766,32 @@ func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, error) {
 		if avoid == o.self.ID || len(list) == 0 {
 			// Registration lost (an expired session, being renewed): serve
 			// it ourselves rather than fail.
-			o.taking++
-			return o.self, nil
+			return o.self, o.noteChoiceLocked(o.self, true), nil
 		}
-		return BrokerInfo{}, fmt.Errorf("%w: no live broker", ErrBundleUnloading)
+		return BrokerInfo{}, false, fmt.Errorf("%w: no live broker", ErrBundleUnloading)
 	}
-	if best.Info.ID == o.self.ID {
-		o.taking++ // until LookupTopic's claim is done
-	} else {
-		pc := o.pending[best.Info.ID]
+	o.assigned[key] = assignment{to: best.Info, at: time.Now()}
+	o.log.Debug("bundle assigned", "bundle", key, "broker", best.Info.ID)
+	return best.Info, o.noteChoiceLocked(best.Info, true), nil
+}
+
+// noteChoiceLocked counts a choice of broker to: one more bundle being
+// taken by this broker (taking says so; LookupTopic undoes it after its
+// claim), or given to another since its last report (when fresh).
+func (o *ownership) noteChoiceLocked(to BrokerInfo, fresh bool) (taking bool) {
+	if to.ID == o.self.ID {
+		o.taking++
+		return true
+	}
+	if fresh {
+		pc := o.pending[to.ID]
 		if pc.n == 0 {
 			pc.since = time.Now()
 		}
 		pc.n++
-		o.pending[best.Info.ID] = pc
+		o.pending[to.ID] = pc
 	}
-	return best.Info, nil
+	return false
 }
 
 // drop gives up ob without deleting its node (it is gone, or the store is
