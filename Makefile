@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: build run test bench lint proto clean compat-franz cluster cluster-down
+.PHONY: build run test bench bench-go lint proto clean compat-franz cluster cluster-down
 
 ## build: compile bin/magnetar
 build:
@@ -31,8 +31,14 @@ cluster-down:
 compat-franz:
 	scripts/compat-franz.sh
 
-## bench: like test, but run every benchmark (output also in bench.out)
+## bench: build, then `magnetar perf all`: machine limits, Magnetar standalone under Kafka and Pulsar
+##        loads, kfake; one table, also written into docs/BENCHMARKS.md (output in bench-all.out; ~5 min).
+##        BENCH_DIR=dir puts the data there (default: a temp dir); PROFILE=1 saves profiles in bench-profiles/
 bench:
+	BENCH_DIR='$(BENCH_DIR)' PROFILE='$(PROFILE)' scripts/bench.sh
+
+## bench-go: like test, but run every Go benchmark (output also in bench.out)
+bench-go:
 	scripts/test.sh bench
 
 ## lint: gofmt (must list nothing) and go vet
@@ -49,4 +55,4 @@ proto:
 
 ## clean: remove build output (not ./data)
 clean:
-	rm -rf bin bench.out
+	rm -rf bin bench.out bench-all.out

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs the tests (or benchmarks) the way `make test` (or `make bench`) and CI
+# Runs the tests (or benchmarks) the way `make test` (or `make bench-go`) and CI
 # do, on a fresh Debian machine with Go installed:
 #
 #   scripts/test.sh test    # lint, go test -race ./..., then the compat tests (default)
-#   scripts/test.sh bench   # go test -bench ./..., output also in bench.out
+#   scripts/test.sh bench   # go test -bench ./..., output also in bench.out (make bench-go)
 #
 # 1. Installs the Debian packages the tests need when they are missing
 #    (apt-get, as root; otherwise it says what to install and stops).

@@ -47,7 +47,7 @@ func newPerfCommand(a *app) *cobra.Command {
 machine it runs on. See docs/BENCHMARKS.md.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newPerfBookieCommand(a), newPerfProduceCommand(a), newPerfConsumeCommand(a), newPerfKafkaCommand(a))
+	cmd.AddCommand(newPerfBookieCommand(a), newPerfProduceCommand(a), newPerfConsumeCommand(a), newPerfKafkaCommand(a), newPerfAllCommand(a))
 	return cmd
 }
 

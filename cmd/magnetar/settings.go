@@ -52,10 +52,11 @@ var standaloneOwnSettings = []setting{
 	{"metadata-store", "local:", "url", "metadata store: local: (embedded, in <data-dir>/meta), local:DIR, or zk:HOST:PORT[,HOST:PORT...][/CHROOT] for ZooKeeper"},
 	{"zk-session-timeout", "30s", "duration", "ZooKeeper session timeout, for zk: metadata stores"},
 	{"bookie-listen", "127.0.0.1:3181", "host:port", "listen address of the in-process bookie; its address is the bookie's identity in ledger metadata, so keep it stable"},
+	{"pprof-listen", "", "host:port", "serve Go's net/http/pprof profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060; unauthenticated, so keep it on loopback (default: off)"},
 }
 
 // allSettings lists the settings of every command.
-var allSettings = [][]setting{globalSettings, standaloneSettings, brokerProcessSettings, bookieSettings, perfBookieSettings, perfProduceSettings, perfConsumeSettings, perfKafkaSettings, adminSettings, clientSettings, mirrorSettings}
+var allSettings = [][]setting{globalSettings, standaloneSettings, brokerProcessSettings, bookieSettings, perfBookieSettings, perfProduceSettings, perfConsumeSettings, perfKafkaSettings, perfAllSettings, adminSettings, clientSettings, mirrorSettings}
 
 // fileKeys are the keys a config file may hold: every command's settings
 // except --config itself. One file can serve several commands, so a key

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -61,6 +64,7 @@ type standaloneConfig struct {
 	KafkaListen   string // host:port
 	HTTPListen    string // host:port
 	BookieListen  string
+	PprofListen   string // host:port; "" serves no profiles
 	BookieStorage storage.Options
 	Broker        brokerConfig
 }
@@ -115,11 +119,22 @@ func resolveStandalone(sv *settingValues) (standaloneConfig, error) {
 			return cfg, err
 		}
 	}
+	if cfg.PprofListen, err = check(sv, s("pprof-listen"), parseOptionalListen); err != nil {
+		return cfg, err
+	}
 	if cfg.Broker, err = resolveBroker(sv, standaloneSettings); err != nil {
 		return cfg, err
 	}
 	cfg.BookieStorage, err = resolveStorage(sv, cfg.DataDir)
 	return cfg, err
+}
+
+// parseOptionalListen is parseListen, with "" for no listener.
+func parseOptionalListen(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	return parseListen(s)
 }
 
 func parsePositiveDuration(s string) (time.Duration, error) {
@@ -170,7 +185,8 @@ type runningStandalone struct {
 	bookie *bookie.Bookie
 	broker *brokerStack
 	http   *admin.Server
-	served chan error // receives Serve's result
+	pprof  *pprofServer // nil without pprof-listen
+	served chan error   // receives Serve's result
 
 	pulsarAdvertised, kafkaAdvertised string
 }
@@ -279,8 +295,48 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 		Logger:           log.With("component", "admin")}); err != nil {
 		return nil, err
 	}
+	if cfg.PprofListen != "" {
+		if s.pprof, err = startPprof(cfg.PprofListen, log); err != nil {
+			return nil, err
+		}
+	}
 	go func() { s.served <- s.http.Serve() }()
 	return s, nil
+}
+
+// pprofServer serves net/http/pprof's handlers on a listener of its own,
+// apart from the admin HTTP server (for `magnetar perf all` profiles).
+type pprofServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+func startPprof(addr string, log *slog.Logger) (*pprofServer, error) {
+	ln, err := listen("pprof", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index) // also allocs, heap, goroutine, ...
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	p := &pprofServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
+	go func() {
+		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("pprof listener stopped", "err", err)
+		}
+	}()
+	return p, nil
+}
+
+// close stops serving at once: profiles under way are cut short.
+func (p *pprofServer) close() error {
+	if p == nil {
+		return nil
+	}
+	return p.srv.Close()
 }
 
 // standaloneCluster is the cluster name of magnetar standalone, as in
@@ -297,9 +353,18 @@ func (s *runningStandalone) logReady() {
 		"pulsar-advertised", s.pulsarAdvertised,
 		"kafka-advertised", s.kafkaAdvertised,
 		"data-dir", s.cfg.DataDir,
+		"pprof", s.pprofAddr(),
 		"metadata-store", s.metadataStore(),
 		"version", currentBuild().Version,
 	)
+}
+
+// pprofAddr is the bound address of the pprof listener, "" if none.
+func (s *runningStandalone) pprofAddr() string {
+	if s.pprof == nil {
+		return ""
+	}
+	return boundAddr(s.cfg.PprofListen, s.pprof.ln.Addr())
 }
 
 // metadataStore describes the store in use, with a local store's
@@ -319,6 +384,7 @@ func (s *runningStandalone) shutdown(ctx context.Context) error {
 	drainCtx, cancel := context.WithTimeout(ctx, httpDrainTimeout)
 	defer cancel()
 	httpErr := s.http.Shutdown(drainCtx)
+	s.pprof.close()
 	if httpErr != nil {
 		s.log.Warn("http connections did not drain in time; closed them", "err", httpErr)
 	}

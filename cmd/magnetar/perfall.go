@@ -1,0 +1,1454 @@
+package main
+
+// `magnetar perf all`: the benchmark of issue 10 in one run, what
+// `make bench` runs. It measures the machine's limits, starts Magnetar
+// standalone as a child process and puts it under Kafka (franz-go) and
+// Pulsar (pulsar-client-go) loads, runs the same Kafka loads against an
+// in-process kfake, and prints one table of every figure with its ratios
+// to the peer and to the machine's limits, and the issue's goals.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var perfAllSettings = []setting{
+	{"data-dir", "", "dir", "directory in which the run makes its scratch directory (the standalone's data, the disk measurements), removed at the end; put it on the disk to measure (default: the system temp directory)"},
+	{"perf-duration", "10s", "duration", "how long each load runs"},
+	{"perf-warmup", "1s", "duration", "first part of each produce, latency and end-to-end load, left out of its figures"},
+	{"perf-limits-duration", "3s", "duration", "how long each measurement of the machine's limits runs: fsync'd writes of 64 KiB, of 1 MiB, loopback TCP"},
+	{"perf-all-topics", "1000", "count", "topics of the many-topics load, one Pulsar producer each"},
+	{"perf-all-topics-rate", "5000", "msg/s", "the many-topics load publishes this many messages/s over all its topics"},
+	{"perf-write-doc", "", "file", "write the machine, the date and the results table into this Markdown file, between <!-- make bench: begin --> and <!-- make bench: end --> (appended the first time)"},
+	{"perf-profile-dir", "", "dir", "save profiles of the standalone for each load here: <load>.cpu.pprof, and <load>.allocs-before.pprof and <load>.allocs.pprof (its allocations before and after the load)"},
+}
+
+// The loads' fixed shape (issue 10).
+const (
+	benchMessageSize = 1024
+	benchMaxPending  = 10_000 // records or messages unacknowledged at most
+	// benchCreateParallel producers are created at once in the many-topics load.
+	benchCreateParallel = 16
+	e2eDrainTimeout     = 10 * time.Second // benchRun.drain
+	// childStopTimeout bounds the standalone's shutdown after SIGTERM
+	// (its own budget is shutdownTimeout) before it is killed.
+	childStopTimeout  = shutdownTimeout + 5*time.Second
+	childReadyTimeout = time.Minute
+)
+
+// benchRates are the fixed rates of the latency loads, msg/s, with the
+// issue's p99 goal at each.
+var benchRates = []struct {
+	rate   float64
+	maxP99 float64 // ms
+}{{5000, 2}, {20000, 5}}
+
+func newPerfAllCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "all",
+		Short: "Run the whole benchmark: machine limits, Magnetar standalone under Kafka and Pulsar loads, kfake; one table",
+		Example: `  magnetar perf all                                           # about 5 minutes on 2 cores
+  magnetar perf all --perf-write-doc docs/BENCHMARKS.md --data-dir /var/tmp
+  magnetar perf all --perf-duration 3s --perf-all-topics 100 --perf-profile-dir bench-profiles`,
+		Long: `Run the whole benchmark of docs/BENCHMARKS.md in one go (make bench).
+
+1. The machine's limits, in a scratch directory under data-dir: sequential
+   writes each followed by fdatasync at 64 KiB (bandwidth, and the latency
+   of each write + fdatasync) and at 1 MiB (bandwidth); loopback TCP
+   bandwidth (1 MiB writes). Each for perf-limits-duration.
+2. Magnetar standalone, started from this same binary as a child process
+   with a fresh data directory in the scratch directory, on free loopback
+   ports, with its defaults (fsync on) and no MAGNETAR_* environment; it is
+   stopped with SIGTERM at the end, on errors and on signals. Against it:
+     Kafka (franz-go, acks all, idempotent): produce 1 KiB records, closed
+     loop, on a 4-partition and on a 1-partition topic; consume the
+     4-partition topic from the start, cold then warm (it must read every
+     record produced); publish latency at 5,000 and 20,000 records/s, no
+     linger; end to end at the same rates: each record carries its send
+     time, and a consumer tailing the topic times its receipt.
+     Pulsar (pulsar-client-go): publish latency at 5,000 and 20,000 msg/s,
+     batching off; end to end at the same rates; produce with batching,
+     closed loop; perf-all-topics topics with one producer each, publishing
+     perf-all-topics-rate msg/s in all (and how long creating the producers
+     took).
+3. The same Kafka loads against an in-process kfake (franz-go's fake
+   cluster: one broker, in memory, no fsync).
+
+Each load runs perf-duration (a consume: until it has read everything); the
+first perf-warmup of a produce or latency load is left out of its figures.
+Progress lines every second, then one table: each figure for Magnetar and
+kfake, Magnetar ÷ kfake, Magnetar ÷ the machine's limit, and the goals of
+issue 10, met or not. MB is 10^6 bytes of payload; latencies in ms run from
+when a message was due (open loop), so a stall counts against every message
+it delays.
+
+perf-write-doc writes the table, the machine and the date into a Markdown
+file between <!-- make bench: begin --> and <!-- make bench: end -->.
+perf-profile-dir saves, for each load against Magnetar, profiles of the
+standalone (served by its --pprof-listen): <load>.cpu.pprof, CPU over
+perf-duration + 1 s from the load's start; <load>.allocs-before.pprof and
+<load>.allocs.pprof, its allocations since it started, before and after the
+load (go tool pprof -base <load>.allocs-before.pprof <load>.allocs.pprof
+shows the load's own).
+
+Exits 1 if a load fails, a record is lost, or the standalone fails. SIGINT
+or SIGTERM ends the run early (no table is written to a file); a second
+signal exits at once.
+` + configHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolvePerfAll(a.vals)
+			if err != nil {
+				return err
+			}
+			ctx, stop := a.perfSignals()
+			defer stop()
+			return runtimeError(runPerfAll(ctx, a.stdout, a.stderr, cfg, a.logger))
+		},
+	}
+	a.addSettings(cmd, perfAllSettings)
+	return cmd
+}
+
+// perfAllConfig is the checked configuration of `magnetar perf all`.
+type perfAllConfig struct {
+	DataDir        string // parent of the scratch directory; "" is os.TempDir()
+	Duration       time.Duration
+	Warmup         time.Duration
+	LimitsDuration time.Duration
+	Topics         int
+	TopicsRate     float64
+	WriteDoc       string // "" writes no file
+	ProfileDir     string // "" takes no profiles
+	Interval       time.Duration
+	Command        string // the command line, for the document
+}
+
+func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
+	var cfg perfAllConfig
+	var err error
+	s := func(name string) setting { return lookupSetting(perfAllSettings, name) }
+	verbatim := func(v string) (string, error) { return v, nil }
+	for _, c := range []struct {
+		name string
+		dst  *string
+	}{{"data-dir", &cfg.DataDir}, {"perf-write-doc", &cfg.WriteDoc}, {"perf-profile-dir", &cfg.ProfileDir}} {
+		if *c.dst, err = check(sv, s(c.name), verbatim); err != nil {
+			return cfg, err
+		}
+	}
+	for _, c := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"perf-duration", &cfg.Duration}, {"perf-limits-duration", &cfg.LimitsDuration}} {
+		if *c.dst, err = check(sv, s(c.name), parsePositiveDuration); err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.Warmup, err = check(sv, s("perf-warmup"), parseNonNegativeDuration); err != nil {
+		return cfg, err
+	}
+	if cfg.Warmup >= cfg.Duration {
+		return cfg, fmt.Errorf("perf-warmup %s, perf-duration %s: the warm-up must be shorter than the run", cfg.Warmup, cfg.Duration)
+	}
+	if cfg.Topics, err = check(sv, s("perf-all-topics"), parseCount(10_000)); err != nil {
+		return cfg, err
+	}
+	if cfg.TopicsRate, err = check(sv, s("perf-all-topics-rate"), parseRateOf("messages")); err != nil {
+		return cfg, err
+	}
+	if cfg.TopicsRate == 0 {
+		return cfg, errors.New("perf-all-topics-rate 0: want a positive rate")
+	}
+	cfg.Interval = time.Second
+	cfg.Command = strings.Join(os.Args, " ")
+	return cfg, nil
+}
+
+func (cfg perfAllConfig) describe() string {
+	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all",
+		cfg.Duration, cfg.Warmup, benchMessageSize, cfg.LimitsDuration, cfg.Topics, cfg.TopicsRate)
+}
+
+// benchFigures are one system's results, by load (also the loads' profile
+// names).
+type benchFigures map[string]*pulsarResult
+
+// The loads; the latency ones are named with their rate.
+const (
+	loadProduce4    = "kafka-produce-4p"
+	loadProduce1    = "kafka-produce-1p"
+	loadCold        = "kafka-consume-cold"
+	loadWarm        = "kafka-consume-warm"
+	loadPulsarBatch = "pulsar-produce-batched"
+	loadTopics      = "pulsar-topics"
+	// loadTopicsCreate holds the creation of the many-topics load's
+	// producers: Messages producers in Elapsed.
+	loadTopicsCreate = "pulsar-topics-create"
+)
+
+func loadAt(kind string, rate float64) string { return fmt.Sprintf("%s-%g", kind, rate) }
+
+// benchResults is everything a run measured.
+type benchResults struct {
+	disk64K, disk1M *syncedWrites
+	loopback        float64 // MB/s
+	magnetar, kfake benchFigures
+}
+
+// runPerfAll runs `magnetar perf all`: results on out, the standalone's
+// warnings and errors on logs.
+func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log *slog.Logger) error {
+	fmt.Fprintf(out, "magnetar perf all: %s\n", cfg.describe())
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("the magnetar binary to start: %w", err)
+	}
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return fmt.Errorf("profile directory: %w", err)
+		}
+	}
+	dir, err := scratchDir(cfg.DataDir, "magnetar-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	fmt.Fprintf(out, "scratch directory %s (removed at the end)\n", dir)
+
+	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}}
+	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout}
+	err = b.measureLimits(ctx, dir, res)
+	if err == nil {
+		err = b.runMagnetar(ctx, exe, filepath.Join(dir, "standalone"), logs, res.magnetar)
+	}
+	if err == nil {
+		err = b.runKFake(ctx, res.kfake)
+	}
+	t := benchTable(res, cfg)
+	fmt.Fprintf(out, "\nresults: %s\n%s", tableNote, t.text())
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(out, "interrupted: the results are partial and written nowhere")
+		return nil
+	}
+	if cfg.WriteDoc != "" {
+		if err := writeDocSection(cfg.WriteDoc, docSection(cfg, dir, t)); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote the results into %s\n", cfg.WriteDoc)
+	}
+	return nil
+}
+
+// benchRun carries what every load of a run needs.
+type benchRun struct {
+	cfg perfAllConfig
+	out io.Writer
+	log *slog.Logger
+	// drain bounds the wait, after an end-to-end load's sends completed,
+	// for its consumer to receive them all.
+	drain time.Duration
+}
+
+// benchStep is one load of a run.
+type benchStep struct {
+	name string // also the profile's file name
+	run  func(ctx context.Context) error
+}
+
+// runSteps runs steps in order against target, each under prof (nil: no
+// profiles), and stops at the first error or when ctx ends.
+func (b *benchRun) runSteps(ctx context.Context, target string, steps []benchStep, prof *profiler) error {
+	for i, st := range steps {
+		if ctx.Err() != nil {
+			return nil
+		}
+		fmt.Fprintf(b.out, "\n[%s %d/%d] %s\n", target, i+1, len(steps), st.name)
+		err := prof.around(ctx, st.name, b.cfg.Duration+time.Second, func() error { return st.run(ctx) })
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("%s: %s: %w", target, st.name, err)
+		}
+	}
+	return nil
+}
+
+// --- 1. the machine's limits ---------------------------------------------------
+
+func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResults) error {
+	d := b.cfg.LimitsDuration
+	fmt.Fprintln(b.out, "\n[limits] the machine")
+	var err error
+	if res.disk64K, err = measureSyncedWrites(ctx, vfs.Default, dir, 64<<10, d); err != nil {
+		return fmt.Errorf("limits: fsync'd 64 KiB writes: %w", err)
+	}
+	w := res.disk64K
+	fmt.Fprintf(b.out, "disk: sequential 64 KiB writes + fdatasync for %.1fs: %.2f MB/s; each: p50 %.3f ms, p99 %.3f ms\n",
+		w.Elapsed.Seconds(), w.MBps(), ms(w.Latency.Quantile(0.5)), ms(w.Latency.Quantile(0.99)))
+	if res.disk1M, err = measureSyncedWrites(ctx, vfs.Default, dir, 1<<20, d); err != nil {
+		return fmt.Errorf("limits: fsync'd 1 MiB writes: %w", err)
+	}
+	w = res.disk1M
+	fmt.Fprintf(b.out, "disk: sequential 1 MiB writes + fdatasync for %.1fs: %.2f MB/s; each: p50 %.3f ms, p99 %.3f ms\n",
+		w.Elapsed.Seconds(), w.MBps(), ms(w.Latency.Quantile(0.5)), ms(w.Latency.Quantile(0.99)))
+	if res.loopback, err = measureLoopback(ctx, d); err != nil {
+		return fmt.Errorf("limits: loopback TCP: %w", err)
+	}
+	fmt.Fprintf(b.out, "loopback TCP: 1 MiB writes for %.1fs: %.2f MB/s\n", d.Seconds(), res.loopback)
+	return nil
+}
+
+// measureLoopback sends 1 MiB writes over a TCP connection on 127.0.0.1
+// to a reader in another goroutine for d, and returns the MB/s received.
+func measureLoopback(ctx context.Context, d time.Duration) (float64, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	type received struct {
+		n   int64
+		err error
+	}
+	got := make(chan received, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- received{err: err}
+			return
+		}
+		defer c.Close()
+		var r received
+		buf := make([]byte, 1<<20)
+		for {
+			n, err := c.Read(buf)
+			r.n += int64(n)
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					r.err = err
+				}
+				got <- r
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 1<<20)
+	start := time.Now()
+	for time.Since(start) < d && ctx.Err() == nil {
+		if _, err := c.Write(buf); err != nil {
+			c.Close()
+			<-got
+			return 0, err
+		}
+	}
+	c.Close() // the reader reads the rest, then EOF
+	r := <-got
+	if r.err != nil {
+		return 0, r.err
+	}
+	return mbps(r.n, time.Since(start)), nil
+}
+
+// --- 2. Magnetar standalone ---------------------------------------------------
+
+// runMagnetar starts the standalone, runs every load against it (with
+// profiles if asked) and stops it.
+func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io.Writer, figs benchFigures) (err error) {
+	fmt.Fprintln(b.out, "\n[magnetar] starting magnetar standalone")
+	sa, err := startStandaloneChild(ctx, exe, dataDir, b.cfg.ProfileDir != "", logs)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		early := sa.hasExited()
+		stopErr := sa.stop()
+		switch {
+		case err != nil && early:
+			err = fmt.Errorf("%w\n%s", err, sa.describeExit())
+		case err == nil && ctx.Err() == nil: // on a signal, the terminal's may have reached it too
+			err = stopErr
+		}
+	}()
+	fmt.Fprintf(b.out, "standalone ready: kafka %s, pulsar %s, http %s (data in %s)\n", sa.ready.Kafka, sa.ready.Pulsar, sa.ready.HTTP, dataDir)
+	var prof *profiler
+	if b.cfg.ProfileDir != "" {
+		prof = &profiler{base: "http://" + sa.ready.Pprof, dir: b.cfg.ProfileDir}
+		fmt.Fprintf(b.out, "profiles of each load into %s\n", b.cfg.ProfileDir)
+	}
+	steps := b.kafkaSteps("magnetar", []string{sa.ready.Kafka}, figs)
+	client, err := newBenchPulsarClient(b.log, "pulsar://"+sa.ready.Pulsar)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	steps = append(steps, b.pulsarSteps(client, figs)...)
+	return b.runSteps(ctx, "magnetar", steps, prof)
+}
+
+// runKFake runs the Kafka loads against an in-process kfake cluster.
+func (b *benchRun) runKFake(ctx context.Context, figs benchFigures) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	fmt.Fprintln(b.out, "\n[kfake] starting an in-process kfake cluster (1 broker, in memory)")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		return fmt.Errorf("kfake: %w", err)
+	}
+	defer c.Close()
+	return b.runSteps(ctx, "kfake", b.kafkaSteps("kfake", c.ListenAddrs(), figs), nil)
+}
+
+// standaloneReady is what perf all reads of the standalone's ready line.
+type standaloneReady struct {
+	HTTP   string `json:"http"`
+	Pulsar string `json:"pulsar-advertised"`
+	Kafka  string `json:"kafka-advertised"`
+	Pprof  string `json:"pprof"`
+}
+
+// standaloneChild is `magnetar standalone` running as a child process.
+type standaloneChild struct {
+	cmd    *exec.Cmd
+	ready  standaloneReady
+	exited chan struct{} // closed once the process has exited; then waitErr is set
+	// waitErr is the child's exit status.
+	waitErr error
+
+	mu   sync.Mutex
+	tail []string // its last log lines
+
+	stopOnce sync.Once
+	stopErr  error // stop's result, once it has returned
+}
+
+const childTailLines = 20
+
+// startStandaloneChild starts exe as `magnetar standalone` with data in
+// dataDir on free loopback ports (and pprof on one if withPprof), and
+// waits for its ready line. Its log lines of level WARN and above go to
+// logs. The caller must call stop.
+func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bool, logs io.Writer) (*standaloneChild, error) {
+	args := []string{"standalone", "--data-dir", dataDir,
+		"--http-listen", "127.0.0.1:0", "--bookie-listen", "127.0.0.1:0",
+		"--pulsar-listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0",
+		"--metadata-store", "local:", "--log-format", "json", "--log-level", "info"}
+	if withPprof {
+		args = append(args, "--pprof-listen", "127.0.0.1:0")
+	}
+	cmd := exec.Command(exe, args...)
+	for _, kv := range os.Environ() { // the standalone runs with its defaults
+		if !strings.HasPrefix(kv, envPrefix) {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s standalone: %w", exe, err)
+	}
+	c := &standaloneChild{cmd: cmd, exited: make(chan struct{})}
+	readyLine := make(chan string, 1)
+	go c.readLog(stderr, readyLine, logs)
+
+	timer := time.NewTimer(childReadyTimeout)
+	defer timer.Stop()
+	select {
+	case line := <-readyLine:
+		if err := json.Unmarshal([]byte(line), &c.ready); err != nil {
+			c.stop()
+			return nil, fmt.Errorf("standalone: its ready line %q: %w", line, err)
+		}
+		if withPprof && c.ready.Pprof == "" {
+			c.stop()
+			return nil, errors.New("standalone: its ready line names no pprof listener")
+		}
+		return c, nil
+	case <-c.exited:
+		return nil, fmt.Errorf("standalone exited before it was ready\n%s", c.describeExit())
+	case <-timer.C:
+		c.stop()
+		return nil, fmt.Errorf("standalone not ready after %s\n%s", childReadyTimeout, c.describeExit())
+	case <-ctx.Done():
+		c.stop()
+		return nil, ctx.Err()
+	}
+}
+
+// readLog reads the child's log until it closes it, keeping the last
+// lines, sending the ready line on ready and passing warnings and errors
+// on to logs; then it waits for the child and closes exited.
+func (c *standaloneChild) readLog(r io.Reader, ready chan<- string, logs io.Writer) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	isReady := false
+	for sc.Scan() {
+		line := sc.Text()
+		c.mu.Lock()
+		if c.tail = append(c.tail, line); len(c.tail) > childTailLines {
+			c.tail = c.tail[1:]
+		}
+		c.mu.Unlock()
+		switch {
+		case !isReady && strings.Contains(line, `"msg":"magnetar standalone ready"`):
+			isReady = true
+			ready <- line
+		case strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`):
+			fmt.Fprintf(logs, "standalone: %s\n", line)
+		}
+	}
+	io.Copy(io.Discard, r) // a line too long ends the scan, not the child
+	c.waitErr = c.cmd.Wait()
+	close(c.exited)
+}
+
+// hasExited says whether the child has exited.
+func (c *standaloneChild) hasExited() bool {
+	select {
+	case <-c.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// describeExit says how the child ended, with its last log lines.
+func (c *standaloneChild) describeExit() string {
+	status := "still running"
+	if c.hasExited() {
+		status = "exited: " + exitStatus(c.waitErr)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("standalone %s; its last log lines:\n  %s", status, strings.Join(c.tail, "\n  "))
+}
+
+func exitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// stop sends the child SIGTERM and waits for it to exit (killing it after
+// childStopTimeout). The error says if it did not exit cleanly. Later
+// calls return the first's result.
+func (c *standaloneChild) stop() error {
+	c.stopOnce.Do(func() { c.stopErr = c.terminate() })
+	return c.stopErr
+}
+
+func (c *standaloneChild) terminate() error {
+	if c.hasExited() {
+		return fmt.Errorf("standalone had exited before the end of the run: %s\n%s", exitStatus(c.waitErr), c.describeExit())
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		c.cmd.Process.Kill()
+	}
+	timer := time.NewTimer(childStopTimeout)
+	defer timer.Stop()
+	select {
+	case <-c.exited:
+		if c.waitErr != nil {
+			return fmt.Errorf("standalone did not stop cleanly on SIGTERM: %w\n%s", c.waitErr, c.describeExit())
+		}
+		return nil
+	case <-timer.C:
+		c.cmd.Process.Kill()
+		<-c.exited
+		return fmt.Errorf("standalone still running %s after SIGTERM: killed it", childStopTimeout)
+	}
+}
+
+// profiler takes the standalone's profiles over each load.
+type profiler struct {
+	base string // http://host:port of its pprof listener
+	dir  string
+}
+
+// around runs load while the standalone takes a CPU profile over d
+// (rounded up to whole seconds) from its start, written to
+// dir/<name>.cpu.pprof; and saves its allocation profile, each just after
+// a garbage collection (which brings it up to date), before the load in
+// dir/<name>.allocs-before.pprof and after it in dir/<name>.allocs.pprof:
+// go tool pprof -base the first the second shows the load's allocations.
+// A nil profiler just runs load.
+func (p *profiler) around(ctx context.Context, name string, d time.Duration, load func() error) error {
+	if p == nil {
+		return load()
+	}
+	if err := p.allocs(ctx, name+".allocs-before.pprof"); err != nil {
+		return err
+	}
+	secs := max(1, int(math.Ceil(d.Seconds())))
+	cpu := make(chan error, 1)
+	go func() {
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.base, secs)
+		cpu <- fetchTo(ctx, url, filepath.Join(p.dir, name+".cpu.pprof"))
+	}()
+	err := load()
+	cpuErr := <-cpu
+	if ctx.Err() != nil {
+		return err
+	}
+	return errors.Join(err, cpuErr, p.allocs(ctx, name+".allocs.pprof"))
+}
+
+// allocs saves the allocation profile into file after a garbage
+// collection: the runtime publishes allocations at the end of each cycle.
+func (p *profiler) allocs(ctx context.Context, file string) error {
+	if err := fetchTo(ctx, p.base+"/debug/pprof/heap?gc=1", os.DevNull); err != nil {
+		return err
+	}
+	return fetchTo(ctx, p.base+"/debug/pprof/allocs", filepath.Join(p.dir, file))
+}
+
+// fetchTo GETs url into the file path.
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("profile: GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile: GET %s: %w", url, err)
+	}
+	return f.Close()
+}
+
+// --- the loads -------------------------------------------------------------------
+
+const (
+	topic4p  = "bench-4p"
+	topic1p  = "bench-1p"
+	topicE2E = "bench-e2e"
+)
+
+// kafkaConfig is a perf kafka configuration for one load.
+func (b *benchRun) kafkaConfig(topic string, partitions int, load string, rate float64) perfKafkaConfig {
+	return perfKafkaConfig{
+		Topic: topic, Partitions: partitions, Loads: []string{load}, RecordSize: benchMessageSize,
+		Duration: b.cfg.Duration, Warmup: b.cfg.Warmup, Rate: rate, MaxBuffered: benchMaxPending,
+		Acks: "all", Compression: "none", Interval: b.cfg.Interval,
+	}
+}
+
+// kafkaSteps are the Kafka loads against the cluster at seeds, whose
+// results go into figs.
+func (b *benchRun) kafkaSteps(target string, seeds []string, figs benchFigures) []benchStep {
+	produce := func(topic string, partitions int, load string) benchStep {
+		return benchStep{load, func(ctx context.Context) error {
+			f, err := runKafkaLoads(ctx, b.out, target, seeds, b.kafkaConfig(topic, partitions, "produce", 0), b.log)
+			figs[load] = f.Produce
+			return err
+		}}
+	}
+	steps := []benchStep{
+		produce(topic4p, 4, loadProduce4),
+		produce(topic1p, 1, loadProduce1),
+		{"kafka-consume", func(ctx context.Context) error {
+			f, err := runKafkaLoads(ctx, b.out, target, seeds, b.kafkaConfig(topic4p, 4, "consume", 0), b.log)
+			figs[loadCold], figs[loadWarm] = f.Cold, f.Warm
+			if err != nil {
+				return err
+			}
+			return checkAllRead(figs[loadProduce4], f.Cold, f.Warm)
+		}},
+	}
+	for _, r := range benchRates {
+		steps = append(steps, benchStep{loadAt("kafka-publish", r.rate), func(ctx context.Context) error {
+			f, err := runKafkaLoads(ctx, b.out, target, seeds, b.kafkaConfig(topic4p, 4, "latency", r.rate), b.log)
+			figs[loadAt("kafka-publish", r.rate)] = f.Latency
+			return err
+		}})
+	}
+	for _, r := range benchRates {
+		name := loadAt("kafka-e2e", r.rate)
+		steps = append(steps, benchStep{name, func(ctx context.Context) (err error) {
+			figs[name], err = b.kafkaE2E(ctx, target, seeds, r.rate)
+			return err
+		}})
+	}
+	return steps
+}
+
+// checkAllRead fails unless each consume read every record the produce
+// load had acknowledged.
+func checkAllRead(produced *pulsarResult, reads ...*pulsarResult) error {
+	if produced == nil {
+		return nil // no produce figures: the consume read the whole topic
+	}
+	for _, r := range reads {
+		if r != nil && r.Total != produced.Total {
+			return fmt.Errorf("records lost: the produce load had %d records acknowledged, a consume from the start read %d", produced.Total, r.Total)
+		}
+	}
+	return nil
+}
+
+// pulsarSteps are the Pulsar loads through client, whose results go into
+// figs.
+func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures) []benchStep {
+	var steps []benchStep
+	for _, r := range benchRates {
+		name := loadAt("pulsar-publish", r.rate)
+		steps = append(steps, benchStep{name, func(ctx context.Context) (err error) {
+			figs[name], err = b.pulsarProduce(ctx, client, "bench-"+name, false, r.rate)
+			return err
+		}})
+	}
+	for _, r := range benchRates {
+		name := loadAt("pulsar-e2e", r.rate)
+		steps = append(steps, benchStep{name, func(ctx context.Context) (err error) {
+			figs[name], err = b.pulsarE2E(ctx, client, "bench-"+name, r.rate)
+			return err
+		}})
+	}
+	return append(steps,
+		benchStep{loadPulsarBatch, func(ctx context.Context) (err error) {
+			figs[loadPulsarBatch], err = b.pulsarProduce(ctx, client, "bench-"+loadPulsarBatch, true, 0)
+			return err
+		}},
+		benchStep{loadTopics, func(ctx context.Context) (err error) {
+			figs[loadTopicsCreate], figs[loadTopics], err = b.pulsarTopics(ctx, client)
+			return err
+		}})
+}
+
+func (b *benchRun) produceLoad(rate float64) produceLoad {
+	return produceLoad{MessageSize: benchMessageSize, Duration: b.cfg.Duration, Warmup: b.cfg.Warmup,
+		Rate: rate, MaxPending: benchMaxPending, Interval: b.cfg.Interval}
+}
+
+// newBenchPulsarClient is a Pulsar client of url without a memory limit
+// (the loads bound what is in flight) logging warnings and errors to log.
+func newBenchPulsarClient(log *slog.Logger, url string) (pulsar.Client, error) {
+	a := &app{logger: log}
+	return a.newPulsarClient(url, -1)
+}
+
+// pulsarProduce publishes to topic with one producer: closed loop with
+// rate 0, else open loop at rate.
+func (b *benchRun) pulsarProduce(ctx context.Context, client pulsar.Client, topic string, batching bool, rate float64) (*pulsarResult, error) {
+	p, err := client.CreateProducer(pulsar.ProducerOptions{
+		Topic:                   topic,
+		MaxPendingMessages:      benchMaxPending,
+		DisableBatching:         !batching,
+		BatchingMaxMessages:     1000,
+		BatchingMaxPublishDelay: time.Millisecond,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: create producer: %w", topic, err)
+	}
+	defer p.Close()
+	fmt.Fprintf(b.out, "topic %s, batching %t\n%s\n", topic, batching, pulsarProgressHeader)
+	res := runProduce(ctx, []asyncSender{p}, b.produceLoad(rate), func(iv pulsarInterval) { printPulsarInterval(b.out, iv) })
+	return res, b.produced(res, rate)
+}
+
+// produced prints the summary of a produce load; the error says if any
+// send failed.
+func (b *benchRun) produced(res *pulsarResult, rate float64) error {
+	printPulsarSummary(b.out, res, b.cfg.Warmup)
+	if rate > 0 {
+		fmt.Fprintf(b.out, "send lag: p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+			ms(res.SendLag.Quantile(0.5)), ms(res.SendLag.Quantile(0.99)), ms(res.SendLag.Max()))
+	}
+	fmt.Fprintf(b.out, "sent: %d messages, %d acknowledged, %d failed\n", res.Sent, res.Total, res.Failed)
+	if res.Failed > 0 {
+		return fmt.Errorf("%d of %d sends failed; the first: %w", res.Failed, res.Sent, res.FirstErr)
+	}
+	return nil
+}
+
+// pulsarTopics creates cfg.Topics topics with a producer each (batching
+// off), then publishes at cfg.TopicsRate over all of them. The first
+// result is the creation: Messages producers in Elapsed.
+func (b *benchRun) pulsarTopics(ctx context.Context, client pulsar.Client) (created, res *pulsarResult, err error) {
+	n := b.cfg.Topics
+	fmt.Fprintf(b.out, "creating %d producers on topics bench-topic-0 .. bench-topic-%d, %d at a time\n", n, n-1, benchCreateParallel)
+	producers := make([]pulsar.Producer, n)
+	defer func() {
+		for _, p := range producers {
+			if p != nil {
+				p.Close()
+			}
+		}
+	}()
+	var done atomic.Int64
+	start := time.Now()
+	stopProgress := every(b.cfg.Interval, func() {
+		fmt.Fprintf(b.out, "%8.2fs %d of %d producers created\n", time.Since(start).Seconds(), done.Load(), n)
+	})
+	err = forEachParallel(ctx, n, benchCreateParallel, func(i int) error {
+		topic := fmt.Sprintf("bench-topic-%d", i)
+		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			return fmt.Errorf("topic %s: create producer: %w", topic, err)
+		}
+		producers[i] = p
+		done.Add(1)
+		return nil
+	})
+	stopProgress()
+	created = &pulsarResult{Messages: done.Load(), Elapsed: time.Since(start)}
+	fmt.Fprintf(b.out, "created %d producers in %.2fs\n", created.Messages, created.Elapsed.Seconds())
+	if err != nil || ctx.Err() != nil {
+		return created, nil, err
+	}
+	senders := make([]asyncSender, n)
+	for i, p := range producers {
+		senders[i] = p
+	}
+	fmt.Fprintf(b.out, "publishing %g msg/s over %d topics\n%s\n", b.cfg.TopicsRate, n, pulsarProgressHeader)
+	res = runProduce(ctx, senders, b.produceLoad(b.cfg.TopicsRate), func(iv pulsarInterval) { printPulsarInterval(b.out, iv) })
+	return created, res, b.produced(res, b.cfg.TopicsRate)
+}
+
+// forEachParallel calls f(0) .. f(n-1), at most parallel at a time, until
+// one fails or ctx ends; it returns the first error.
+func forEachParallel(ctx context.Context, n, parallel int, f func(int) error) error {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	sem := make(chan struct{}, parallel)
+	failed := func() bool { mu.Lock(); defer mu.Unlock(); return firstErr != nil }
+	for i := 0; i < n && ctx.Err() == nil && !failed(); i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// every calls f every d until the returned function is called.
+func every(d time.Duration, f func()) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				f()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// --- end-to-end latency ------------------------------------------------------
+
+// stampedSender sends a copy of each payload with its first 8 bytes set
+// to the send time (Unix nanoseconds, big-endian), for end-to-end latency.
+type stampedSender struct{ asyncSender }
+
+func (s stampedSender) SendAsync(ctx context.Context, msg *pulsar.ProducerMessage, done func(pulsar.MessageID, *pulsar.ProducerMessage, error)) {
+	p := make([]byte, len(msg.Payload))
+	copy(p, msg.Payload)
+	binary.BigEndian.PutUint64(p, uint64(time.Now().UnixNano()))
+	s.asyncSender.SendAsync(ctx, &pulsar.ProducerMessage{Payload: p}, done)
+}
+
+// sentAt is the send time stampedSender wrote into payload.
+func sentAt(payload []byte) (time.Time, bool) {
+	if len(payload) < 8 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(payload))), true
+}
+
+// tailFunc is the consumer of an end-to-end load: it receives until ctx
+// ends, calling got with each message's payload or with an error.
+type tailFunc func(ctx context.Context, got func(payload []byte, err error))
+
+const e2eProgressHeader = "     time    received       msg/s      MB/s    p50 ms    p99 ms  p99.9 ms    max ms    errors"
+
+// runE2E publishes through sender at rate, each message stamped with its
+// send time, while tail consumes; a message's latency runs from its send
+// to its receipt. Once the sends completed it waits for tail to have
+// received every message acknowledged: fewer is an error (records lost),
+// as are more (duplicates), a failed send and a consumer error.
+func (b *benchRun) runE2E(ctx context.Context, sender asyncSender, tail tailFunc, rate float64) (*pulsarResult, error) {
+	m := newPulsarMeter(time.Now(), b.cfg.Warmup)
+	var received atomic.Int64
+	tctx, stopTail := context.WithCancel(ctx)
+	tailed := make(chan struct{})
+	go func() {
+		defer close(tailed)
+		tail(tctx, func(payload []byte, err error) {
+			now := time.Now()
+			at, ok := sentAt(payload)
+			switch {
+			case err != nil:
+				m.fail(err)
+			case !ok:
+				m.fail(fmt.Errorf("a message of %d bytes: no send time in it", len(payload)))
+			default:
+				m.done(now, now.Sub(at), len(payload))
+				received.Add(1)
+			}
+		})
+	}()
+	fmt.Fprintln(b.out, e2eProgressHeader)
+	finish := reportEvery(m, b.cfg.Interval, func(iv pulsarInterval) { printPulsarInterval(b.out, iv) })
+	sent := runProduce(ctx, []asyncSender{stampedSender{sender}}, b.produceLoad(rate), func(pulsarInterval) {})
+	all := awaitCount(ctx, &received, sent.Total, b.drain)
+	stopTail()
+	<-tailed
+	finish()
+	res := m.result()
+	printPulsarSummary(b.out, res, b.cfg.Warmup)
+	fmt.Fprintf(b.out, "sent: %d messages, %d acknowledged, %d failed; received %d, %d consumer errors\n",
+		sent.Sent, sent.Total, sent.Failed, received.Load(), res.Failed)
+	switch got := received.Load(); {
+	case ctx.Err() != nil:
+		return res, nil
+	case sent.Failed > 0:
+		return res, fmt.Errorf("%d of %d sends failed; the first: %w", sent.Failed, sent.Sent, sent.FirstErr)
+	case res.Failed > 0:
+		return res, fmt.Errorf("%d consumer errors; the first: %w", res.Failed, res.FirstErr)
+	case !all:
+		return res, fmt.Errorf("records lost: %d acknowledged, the consumer received %d within %s of the last acknowledgement", sent.Total, got, b.drain)
+	case got > sent.Total:
+		return res, fmt.Errorf("duplicates: %d acknowledged, the consumer received %d", sent.Total, got)
+	}
+	return res, nil
+}
+
+// awaitCount waits until n reaches want, for at most timeout; it says
+// whether it did.
+func awaitCount(ctx context.Context, n *atomic.Int64, want int64, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for n.Load() < want {
+		select {
+		case <-poll.C:
+		case <-deadline.C:
+			return n.Load() >= want
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// kafkaE2E is the end-to-end load on the Kafka topic bench-e2e (4
+// partitions): a producer with no linger and a consumer reading each
+// partition from its end offset before the load.
+func (b *benchRun) kafkaE2E(ctx context.Context, target string, seeds []string, rate float64) (*pulsarResult, error) {
+	cfg := b.kafkaConfig(topicE2E, 4, "latency", rate)
+	base := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.WithLogger(kgoLogger{b.log.With("component", "kafka-client", "cluster", target)})}
+	admCl, err := kgo.NewClient(base...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	if err := ensureKafkaTopic(ctx, b.out, adm, target, cfg.Topic, cfg.Partitions); err != nil {
+		return nil, err
+	}
+	from, err := awaitPartitionOffsets(ctx, adm, cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	assign := map[int32]kgo.Offset{}
+	for p, o := range from {
+		assign[p] = kgo.NewOffset().At(o)
+	}
+	consumer, err := kgo.NewClient(append(base, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: assign}))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer consumer.Close()
+	producer, err := kgo.NewClient(append(append(base, kafkaProducerOpts(cfg)...), kgo.ProducerLinger(0))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer producer.Close()
+	fmt.Fprintf(b.out, "end to end: %s: topic %s, %g records/s, no linger, a consumer tailing every partition\n", target, cfg.Topic, rate)
+	tail := func(ctx context.Context, got func([]byte, error)) {
+		for {
+			fs := consumer.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			fs.EachError(func(t string, p int32, err error) { got(nil, fmt.Errorf("fetch topic %s partition %d: %w", t, p, err)) })
+			fs.EachRecord(func(r *kgo.Record) { got(r.Value, nil) })
+		}
+	}
+	return b.runE2E(ctx, kafkaSender{producer}, tail, rate)
+}
+
+// pulsarE2E is the end-to-end load on a new Pulsar topic: a producer with
+// batching off and an exclusive subscription from the earliest message.
+func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic string, rate float64) (*pulsarResult, error) {
+	msgs := make(chan pulsar.ConsumerMessage, 1000)
+	consumer, err := client.Subscribe(pulsar.ConsumerOptions{
+		Topic: topic, SubscriptionName: "bench", Type: pulsar.Exclusive,
+		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest, MessageChannel: msgs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: subscribe: %w", topic, err)
+	}
+	defer consumer.Close()
+	producer, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, MaxPendingMessages: benchMaxPending})
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: create producer: %w", topic, err)
+	}
+	defer producer.Close()
+	fmt.Fprintf(b.out, "end to end: topic %s, %g msg/s, batching off, an exclusive subscription acknowledging each message\n", topic, rate)
+	tail := func(ctx context.Context, got func([]byte, error)) {
+		for {
+			select {
+			case cm := <-msgs:
+				got(cm.Payload(), nil)
+				if err := consumer.Ack(cm.Message); err != nil {
+					got(nil, fmt.Errorf("acknowledge: %w", err))
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+	return b.runE2E(ctx, producer, tail, rate)
+}
+
+// --- the table -------------------------------------------------------------------
+
+const tableNote = `MB is 10^6 bytes of payload, latencies in ms; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it`
+
+// table is a table of text cells, printed as text or Markdown.
+type table struct {
+	head []string
+	rows [][]string
+}
+
+// benchRow is one figure of the results table.
+type benchRow struct {
+	measure string
+	load    string // key in benchFigures
+	figure  func(*pulsarResult) float64
+	format  string
+	limit   string // key of benchLimits; "" for none
+	goals   []goal // the issue's, for this figure
+}
+
+// A goal is met when the figure's ratio to what it is compared with is at
+// least min, or when the figure itself is at most max.
+type goal struct {
+	than string  // "kfake", "limit", or a load whose figure it is compared with; "" compares the figure itself
+	min  float64 // ratio goal
+	max  float64 // the figure's own goal (than "")
+	text string
+}
+
+var (
+	figMBps = func(r *pulsarResult) float64 { return mbps(r.Bytes, r.Elapsed) }
+	figRate = func(r *pulsarResult) float64 { return perSecond(r.Messages, r.Elapsed) }
+	figSecs = func(r *pulsarResult) float64 { return r.Elapsed.Seconds() }
+)
+
+func figQuantile(q float64) func(*pulsarResult) float64 {
+	return func(r *pulsarResult) float64 { return ms(r.Latency.Quantile(q)) }
+}
+
+// benchLimit is a figure of the machine that rows are compared with.
+type benchLimit struct {
+	name  string
+	value float64
+}
+
+// benchLimits are the machine's figures, by benchRow.limit.
+func benchLimits(res *benchResults) map[string]benchLimit {
+	l := map[string]benchLimit{"loopback": {"loopback TCP", res.loopback}}
+	if res.disk1M != nil {
+		l["disk"] = benchLimit{"1 MiB fsync'd writes", res.disk1M.MBps()}
+	}
+	if res.disk64K != nil {
+		l["fsync"] = benchLimit{"fsync p99", ms(res.disk64K.Latency.Quantile(0.99))}
+	}
+	return l
+}
+
+// benchRows are the rows of the results table after the limits.
+func benchRows(cfg perfAllConfig) []benchRow {
+	produceGoals := []goal{{than: "kfake", min: 1, text: "≥ 1.0× kfake"}, {than: "limit", min: 0.5, text: "≥ 0.5× disk"}}
+	rows := []benchRow{
+		{"Kafka produce, 4 partitions, MB/s", loadProduce4, figMBps, "%.2f", "disk", produceGoals},
+		{"Kafka produce, 4 partitions, records/s", loadProduce4, figRate, "%.0f", "", nil},
+		{"Kafka produce, 1 partition, MB/s", loadProduce1, figMBps, "%.2f", "disk", produceGoals},
+		{"Kafka produce, 1 partition, records/s", loadProduce1, figRate, "%.0f", "", nil},
+		{"Kafka consume cold, MB/s", loadCold, figMBps, "%.2f", "loopback", []goal{{than: "kfake", min: 1.2, text: "≥ 1.2× kfake"}}},
+		{"Kafka consume warm, MB/s", loadWarm, figMBps, "%.2f", "loopback", []goal{{than: "kfake", min: 1.2, text: "≥ 1.2× kfake"}}},
+	}
+	// latency adds the rows of the loads kind-<rate> (e.g. kafka-e2e-5000),
+	// called what in the table.
+	latency := func(kind, what string) {
+		for _, r := range benchRates {
+			for _, q := range []float64{0.5, 0.99, 0.999} {
+				row := benchRow{
+					measure: fmt.Sprintf("%s at %s/s, p%s ms", what, thousands(int64(r.rate)), strconv.FormatFloat(q*100, 'f', -1, 64)),
+					load:    loadAt(kind, r.rate),
+					figure:  figQuantile(q), format: "%.3f",
+				}
+				if q == 0.99 {
+					row.limit = "fsync"
+					if strings.HasSuffix(kind, "-publish") {
+						row.goals = []goal{{max: r.maxP99, text: fmt.Sprintf("≤ %g ms", r.maxP99)}}
+					}
+				}
+				rows = append(rows, row)
+			}
+		}
+	}
+	latency("kafka-publish", "Kafka publish")
+	latency("kafka-e2e", "Kafka end to end")
+	latency("pulsar-publish", "Pulsar publish")
+	latency("pulsar-e2e", "Pulsar end to end")
+	topics := fmt.Sprintf("Pulsar %s topics × 1 producer", thousands(int64(cfg.Topics)))
+	return append(rows,
+		benchRow{"Pulsar produce, batching, MB/s", loadPulsarBatch, figMBps, "%.2f", "disk",
+			[]goal{{than: loadProduce1, min: 0.8, text: "≥ 0.8× Kafka 1 partition"}}},
+		benchRow{"Pulsar produce, batching, msg/s", loadPulsarBatch, figRate, "%.0f", "", nil},
+		benchRow{topics + ", creating them, s", loadTopicsCreate, figSecs, "%.2f", "", nil},
+		benchRow{topics + ", msg/s", loadTopics, figRate, "%.0f", "", nil},
+		benchRow{topics + ", p99 ms", loadTopics, figQuantile(0.99), "%.3f", "fsync", nil},
+	)
+}
+
+// benchTable builds the results table; a figure not measured is "-".
+func benchTable(res *benchResults, cfg perfAllConfig) *table {
+	t := &table{head: []string{"measure", "magnetar", "kfake", "÷ kfake", "÷ limit", "goal", "status"}}
+	limitRow := func(measure string, w *syncedWrites, v func(*syncedWrites) float64, format string) {
+		cell := "-"
+		if w != nil {
+			cell = fmt.Sprintf(format, v(w))
+		}
+		t.rows = append(t.rows, []string{"limit: " + measure, cell, "", "", "", "", ""})
+	}
+	limitRow("disk, 64 KiB writes + fdatasync, MB/s", res.disk64K, (*syncedWrites).MBps, "%.2f")
+	limitRow("disk, 1 MiB writes + fdatasync, MB/s", res.disk1M, (*syncedWrites).MBps, "%.2f")
+	limitRow("fsync latency (64 KiB), p50 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.5)) }, "%.3f")
+	limitRow("fsync latency (64 KiB), p99 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
+	loop := "-"
+	if res.loopback > 0 {
+		loop = fmt.Sprintf("%.2f", res.loopback)
+	}
+	t.rows = append(t.rows, []string{"limit: loopback TCP, MB/s", loop, "", "", "", "", ""})
+
+	limits := benchLimits(res)
+	for _, row := range benchRows(cfg) {
+		cells := []string{row.measure, "-", "", "", "", "", ""}
+		m, mok := figure(res.magnetar, row)
+		k, kok := figure(res.kfake, row)
+		if mok {
+			cells[1] = fmt.Sprintf(row.format, m)
+		}
+		if strings.HasPrefix(row.load, "kafka-") {
+			cells[2] = "-"
+			if kok {
+				cells[2] = fmt.Sprintf(row.format, k)
+			}
+			if mok && kok {
+				cells[3] = fmt.Sprintf("%.2f", ratio(m, k))
+			}
+		}
+		if l, ok := limits[row.limit]; ok && mok {
+			cells[4] = fmt.Sprintf("%.2f of %s", ratio(m, l.value), l.name)
+		}
+		var texts, verdicts []string
+		for _, g := range row.goals {
+			texts = append(texts, g.text)
+			verdicts = append(verdicts, g.verdict(res, row, m, mok, limits[row.limit].value))
+		}
+		cells[5], cells[6] = strings.Join(texts, "; "), strings.Join(verdicts, "; ")
+		t.rows = append(t.rows, cells)
+	}
+	return t
+}
+
+// figure is row's figure in figs, false if its load did not run.
+func figure(figs benchFigures, row benchRow) (float64, bool) {
+	r := figs[row.load]
+	if r == nil {
+		return 0, false
+	}
+	return row.figure(r), true
+}
+
+// verdict says whether g is met by v (row's figure for Magnetar; ok false
+// if not measured), limit being row's limit.
+func (g goal) verdict(res *benchResults, row benchRow, v float64, ok bool, limit float64) string {
+	if !ok {
+		return "-"
+	}
+	var met bool
+	switch g.than {
+	case "":
+		met = v <= g.max
+	case "limit":
+		if limit == 0 {
+			return "-"
+		}
+		met = v/limit >= g.min
+	default:
+		figs, cmp := res.magnetar, row
+		if g.than == "kfake" {
+			figs = res.kfake
+		} else {
+			cmp.load = g.than
+		}
+		other, ok := figure(figs, cmp)
+		if !ok || other == 0 {
+			return "-"
+		}
+		met = v/other >= g.min
+	}
+	if met {
+		return "met"
+	}
+	return "not met"
+}
+
+// text renders t with aligned columns.
+func (t *table) text() string {
+	widths := make([]int, len(t.head))
+	for _, r := range append([][]string{t.head}, t.rows...) {
+		for i, c := range r {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	var sb strings.Builder
+	for _, r := range append([][]string{t.head}, t.rows...) {
+		var line strings.Builder
+		for i, c := range r {
+			pad := strings.Repeat(" ", widths[i]-len([]rune(c)))
+			if i == 0 {
+				line.WriteString(c + pad)
+			} else {
+				line.WriteString("  " + pad + c)
+			}
+		}
+		sb.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+	return sb.String()
+}
+
+// markdown renders t as a Markdown table.
+func (t *table) markdown() string {
+	var sb strings.Builder
+	line := func(cells []string) { sb.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
+	line(t.head)
+	sep := make([]string, len(t.head))
+	for i := range sep {
+		sep[i] = "---:"
+	}
+	sep[0] = "---"
+	line(sep)
+	for _, r := range t.rows {
+		line(r)
+	}
+	return sb.String()
+}
+
+// --- the document ----------------------------------------------------------------
+
+const (
+	docBegin = "<!-- make bench: begin -->"
+	docEnd   = "<!-- make bench: end -->"
+)
+
+// docSection is what perf-write-doc puts between the markers.
+func docSection(cfg perfAllConfig, dataDir string, t *table) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "## The whole path: `make bench` (issue 10)\n\n")
+	fmt.Fprintf(&sb, "Written by `magnetar perf all` on %s; `make bench` rewrites this section.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&sb, "Machine: %s.\n\n", describeMachine(dataDir))
+	fmt.Fprintf(&sb, "Command: `%s` (%s).\n\n", cfg.Command, cfg.describe())
+	sb.WriteString(`Magnetar is ` + "`magnetar standalone`" + ` with its defaults (fsync on), a child process on
+loopback; kfake is franz-go's in-memory fake Kafka in the benchmark's process.
+Kafka loads: franz-go, acks all, idempotent, 1 KiB records; produce is a
+closed loop, consume reads the 4-partition topic from the start (cold, then
+warm), publish latency is an open loop at the rate with no linger (timed
+from when each record was due), end to end is from the send time carried in
+the record to its receipt by a consumer tailing the topic. Pulsar loads:
+pulsar-client-go, batching off except "batching". ` + tableNote + ".\n\n")
+	sb.WriteString(t.markdown())
+	return sb.String()
+}
+
+// writeDocSection replaces the marked section of the Markdown file path
+// with section, appending the markers and section if it has none (or if
+// the file does not exist).
+func writeDocSection(path, section string) error {
+	doc, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("perf-write-doc: %w", err)
+	}
+	out, err := replaceDocSection(string(doc), section)
+	if err != nil {
+		return fmt.Errorf("perf-write-doc %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		return fmt.Errorf("perf-write-doc: %w", err)
+	}
+	return nil
+}
+
+// replaceDocSection returns doc with the text between docBegin and docEnd
+// replaced by section (which ends in a newline), or with both markers
+// around section appended.
+func replaceDocSection(doc, section string) (string, error) {
+	i := strings.Index(doc, docBegin)
+	if i < 0 {
+		if doc != "" {
+			doc = strings.TrimRight(doc, "\n") + "\n\n"
+		}
+		return doc + docBegin + "\n" + section + docEnd + "\n", nil
+	}
+	j := strings.Index(doc[i:], docEnd)
+	if j < 0 {
+		return "", fmt.Errorf("%s has no %s after it", docBegin, docEnd)
+	}
+	if strings.Contains(doc[i+j:], docBegin) {
+		return "", fmt.Errorf("more than one %s", docBegin)
+	}
+	return doc[:i] + docBegin + "\n" + section + doc[i+j:], nil
+}
+
+// describeMachine says what the run ran on: CPUs, memory, OS and kernel,
+// the file system of dir, Go.
+func describeMachine(dir string) string {
+	parts := []string{fmt.Sprintf("%d CPUs", runtime.NumCPU())}
+	if model := procField("/proc/cpuinfo", "model name"); model != "" {
+		parts[0] += " (" + model + ")"
+	}
+	if kb, err := strconv.ParseFloat(strings.TrimSuffix(procField("/proc/meminfo", "MemTotal"), " kB"), 64); err == nil {
+		parts = append(parts, fmt.Sprintf("%.1f GiB memory", kb/(1<<20)))
+	}
+	osName := runtime.GOOS
+	if name := procField("/etc/os-release", "PRETTY_NAME"); name != "" {
+		osName = strings.Trim(name, `"`)
+	}
+	if rel, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		osName += ", kernel " + strings.TrimSpace(string(rel))
+	}
+	parts = append(parts, osName)
+	if fsType, dev := mountOf(dir); fsType != "" {
+		parts = append(parts, fmt.Sprintf("data on %s (%s)", fsType, dev))
+	}
+	return strings.Join(append(parts, runtime.Version()), ", ")
+}
+
+// procField returns the value of the first "key: value" or "key=value"
+// line for key in the file, "" if none.
+func procField(path, key string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			k, v, ok = strings.Cut(line, "=")
+		}
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// mountOf returns the file system type and device of the mount holding
+// dir, from /proc/self/mounts; "" if unknown.
+func mountOf(dir string) (fsType, dev string) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", ""
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "", ""
+	}
+	best := -1
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		mnt := f[1]
+		if (abs == mnt || strings.HasPrefix(abs, strings.TrimSuffix(mnt, "/")+"/")) && len(mnt) > best {
+			best, fsType, dev = len(mnt), f[2], f[0]
+		}
+	}
+	return fsType, dev
+}

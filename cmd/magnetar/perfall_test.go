@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+)
+
+// runPerfAllBinary runs the real binary's `perf all` with tiny loads and
+// returns its exit code, stdout and stderr.
+func runPerfAllBinary(t *testing.T, extra ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := append([]string{"perf", "all", "--data-dir", t.TempDir(),
+		"--perf-duration", "300ms", "--perf-warmup", "50ms", "--perf-limits-duration", "100ms",
+		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--log-level", "warn"}, extra...)
+	cmd := exec.CommandContext(ctx, magnetarBinary(t), args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envPrefix) {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("perf all did not finish in time\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// perfAllMeasures are the first cells of the results table's rows.
+func perfAllMeasures(topics int) []string {
+	m := []string{
+		"limit: disk, 64 KiB writes + fdatasync, MB/s", "limit: disk, 1 MiB writes + fdatasync, MB/s",
+		"limit: fsync latency (64 KiB), p50 ms", "limit: fsync latency (64 KiB), p99 ms", "limit: loopback TCP, MB/s",
+	}
+	for _, r := range benchRows(perfAllConfig{Topics: topics}) {
+		m = append(m, r.measure)
+	}
+	return m
+}
+
+// checkPerfAllTable checks that out's results table has every row with
+// its figures: Magnetar's everywhere, kfake's and the ratio on Kafka rows,
+// a verdict where there is a goal.
+func checkPerfAllTable(t *testing.T, out string) {
+	t.Helper()
+	_, table, ok := strings.Cut(out, "\nresults: ")
+	if !ok {
+		t.Fatalf("no results table in:\n%s", out)
+	}
+	measures := perfAllMeasures(10)
+	// 5 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
+	// and warm, publish and end to end at 2 rates × 3 quantiles; Pulsar:
+	// the same latencies, batched produce (2), 10 topics (3).
+	if len(measures) != 5+6+12+12+2+3 {
+		t.Fatalf("%d rows, want 40: %q", len(measures), measures)
+	}
+	num := `[0-9]+(\.[0-9]+)?`
+	for _, m := range measures {
+		want := `(?m)^` + regexp.QuoteMeta(m) + ` +` + num
+		if strings.HasPrefix(m, "Kafka") {
+			want += ` +` + num + ` +` + num // kfake, ÷ kfake
+		}
+		if !regexp.MustCompile(want).MatchString(table) {
+			t.Errorf("no row %q with its figures in:\n%s", m, table)
+		}
+	}
+	for _, g := range []string{"≥ 1.0× kfake; ≥ 0.5× disk", "≥ 1.2× kfake", "≤ 2 ms", "≤ 5 ms", "≥ 0.8× Kafka 1 partition"} {
+		if !regexp.MustCompile(regexp.QuoteMeta(g) + ` +(met|not met)(; (met|not met))?\n`).MatchString(table) {
+			t.Errorf("no goal %q with its verdict in:\n%s", g, table)
+		}
+	}
+}
+
+// TestPerfAll runs `perf all` twice against the real binary with tiny
+// loads: the first time with profiles, both times writing into the same
+// document, which must keep one section.
+func TestPerfAll(t *testing.T) {
+	clearEnv(t)
+	doc := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	const intro = "# Benchmarks\n\nWritten by hand.\n"
+	if err := os.WriteFile(doc, []byte(intro), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	profiles := filepath.Join(t.TempDir(), "profiles")
+
+	code, out, errOut := runPerfAllBinary(t, "--perf-write-doc", doc, "--perf-profile-dir", profiles)
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s\nstdout:\n%s", code, errOut, out)
+	}
+	for _, w := range []string{"[limits] the machine", "standalone ready: ", "[magnetar 13/13] pulsar-topics",
+		"[kfake 7/7] kafka-e2e-20000", "created 10 producers in ", "wrote the results into " + doc} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	checkPerfAllTable(t, out)
+	for _, load := range []string{loadProduce4, loadProduce1, "kafka-consume", "kafka-publish-5000", "kafka-publish-20000",
+		"kafka-e2e-5000", "kafka-e2e-20000", "pulsar-publish-5000", "pulsar-publish-20000", "pulsar-e2e-5000",
+		"pulsar-e2e-20000", loadPulsarBatch, loadTopics} {
+		for _, suffix := range []string{".cpu.pprof", ".allocs-before.pprof", ".allocs.pprof"} {
+			if fi, err := os.Stat(filepath.Join(profiles, load+suffix)); err != nil || fi.Size() == 0 {
+				t.Errorf("profile %s%s: %v", load, suffix, err)
+			}
+		}
+	}
+	first := checkPerfAllDoc(t, doc, intro)
+	if !strings.Contains(first, "--perf-profile-dir") {
+		t.Errorf("the document's command lacks --perf-profile-dir:\n%s", first)
+	}
+
+	code, out, errOut = runPerfAllBinary(t, "--perf-write-doc", doc)
+	if code != 0 {
+		t.Fatalf("second run: exit %d\nstderr:\n%s\nstdout:\n%s", code, errOut, out)
+	}
+	if second := checkPerfAllDoc(t, doc, intro); strings.Contains(second, "--perf-profile-dir") {
+		t.Errorf("the second run did not replace the section:\n%s", second)
+	}
+}
+
+// checkPerfAllDoc checks that the document at path is intro followed by
+// one marked section holding the table, and returns it.
+func checkPerfAllDoc(t *testing.T, path, intro string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	if !strings.HasPrefix(doc, intro+"\n"+docBegin+"\n## ") || !strings.HasSuffix(doc, "|\n"+docEnd+"\n") ||
+		strings.Count(doc, docBegin) != 1 || strings.Count(doc, docEnd) != 1 {
+		t.Errorf("document is not the intro and one marked section:\n%s", doc)
+	}
+	for _, w := range []string{"Machine: ", " CPUs", "Command: `", "| measure | magnetar | kfake |"} {
+		if !strings.Contains(doc, w) {
+			t.Errorf("document lacks %q:\n%s", w, doc)
+		}
+	}
+	for _, m := range perfAllMeasures(10) {
+		if !strings.Contains(doc, "| "+m+" | ") {
+			t.Errorf("document lacks the row %q:\n%s", m, doc)
+		}
+	}
+	return doc
+}
+
+func TestReplaceDocSection(t *testing.T) {
+	const sec = "new\n"
+	for _, tc := range []struct {
+		doc, want, err string
+	}{
+		{doc: "", want: docBegin + "\nnew\n" + docEnd + "\n"},
+		{doc: "# B\n\ntext", want: "# B\n\ntext\n\n" + docBegin + "\nnew\n" + docEnd + "\n"},
+		{doc: "a\n" + docBegin + "\nold\nold\n" + docEnd + "\nafter\n", want: "a\n" + docBegin + "\nnew\n" + docEnd + "\nafter\n"},
+		{doc: "a\n" + docBegin + "\nold\n", err: "has no " + docEnd},
+		{doc: docBegin + "\n" + docEnd + "\n" + docBegin + "\n" + docEnd + "\n", err: "more than one"},
+	} {
+		got, err := replaceDocSection(tc.doc, sec)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: error %v, want one with %q", tc.doc, err, tc.err)
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%q:\n got %q, %v\nwant %q", tc.doc, got, err, tc.want)
+		}
+	}
+}
+
+func TestPerfAllUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--perf-warmup", "10s"}, "the warm-up must be shorter than the run"},
+		{[]string{"--perf-duration", "0"}, `invalid perf-duration "0"`},
+		{[]string{"--perf-limits-duration", "-1s"}, `invalid perf-limits-duration "-1s"`},
+		{[]string{"--perf-all-topics", "0"}, `invalid perf-all-topics "0"`},
+		{[]string{"--perf-all-topics-rate", "0"}, "perf-all-topics-rate 0: want a positive rate"},
+	} {
+		clearEnv(t)
+		r := run(t, append([]string{"perf", "all"}, tc.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, r.code, r.stderr, exitUsage, tc.want)
+		}
+	}
+}
+
+func TestCheckAllRead(t *testing.T) {
+	produced := &pulsarResult{Total: 100}
+	if err := checkAllRead(produced, &pulsarResult{Total: 100}, &pulsarResult{Total: 100}); err != nil {
+		t.Errorf("all read: %v", err)
+	}
+	err := checkAllRead(produced, &pulsarResult{Total: 100}, &pulsarResult{Total: 99})
+	if err == nil || !strings.Contains(err.Error(), "records lost: the produce load had 100 records acknowledged, a consume from the start read 99") {
+		t.Errorf("one short: %v", err)
+	}
+}
+
+// loopSender acknowledges each message at once and hands its payload to
+// a consumer through msgs.
+type loopSender struct{ msgs chan []byte }
+
+func (s loopSender) SendAsync(_ context.Context, msg *pulsar.ProducerMessage, done func(pulsar.MessageID, *pulsar.ProducerMessage, error)) {
+	s.msgs <- msg.Payload
+	done(nil, msg, nil)
+}
+
+// TestRunE2E: the end-to-end load times each message from the send time
+// it carries, and fails when the consumer gets fewer or more messages than
+// were acknowledged.
+func TestRunE2E(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every func(i int) int // copies of message i the consumer gets
+		want  string
+	}{
+		{"all", func(int) int { return 1 }, ""},
+		{"lost", func(i int) int { return min(1, i%50) }, "records lost: "},
+		{"duplicates", func(i int) int { return 1 + max(0, 1-i%50) }, "duplicates: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out syncBuffer
+			b := &benchRun{cfg: perfAllConfig{Duration: 300 * time.Millisecond, Interval: 100 * time.Millisecond},
+				out: &out, log: slog.New(slog.DiscardHandler), drain: 200 * time.Millisecond}
+			msgs := make(chan []byte, benchMaxPending)
+			tail := func(ctx context.Context, got func([]byte, error)) {
+				for i := 0; ; i++ {
+					select {
+					case p := <-msgs:
+						for range tc.every(i) {
+							got(p, nil)
+						}
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+			res, err := b.runE2E(context.Background(), loopSender{msgs}, tail, 2000)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("error %v, want %q\n%s", err, tc.want, out.String())
+			}
+			if res.Messages < 500 || res.Latency.Max() <= 0 || res.Latency.Max() > 100*time.Millisecond {
+				t.Errorf("%d messages, latency max %s: want about 600, timed from their send\n%s", res.Messages, res.Latency.Max(), out.String())
+			}
+		})
+	}
+}
