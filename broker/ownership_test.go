@@ -282,3 +282,36 @@ func TestLoadShedding(t *testing.T) {
 		t.Fatalf("a owns %d bundles after shedding near the average, want 4", got)
 	}
 }
+
+// TestUnloadTopicMovesItsBundle: with another broker live, unloading a
+// topic gives up its bundle, which the next lookup gives to the other
+// broker; asked of a broker that does not own it, it names the owner.
+func TestUnloadTopicMovesItsBundle(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.newStack(t, named("a"))
+	b := tc.newStack(t, named("b"))
+	ctx := testCtx(t)
+	if err := a.b.Bootstrap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tn, _ := ParseTopicName("persistent://public/default/moving")
+	if _, err := a.b.Topic(ctx, tn, true); err != nil {
+		t.Fatal(err)
+	}
+	var ne *NotOwnerError
+	if err := b.b.UnloadTopic(ctx, tn); !errors.As(err, &ne) || ne.Owner.ID != "a" {
+		t.Fatalf("unload asked of b: %v, want a NotOwnerError naming a", err)
+	}
+	if err := a.b.UnloadTopic(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.b.OwnedBundles()) != 0 {
+		t.Fatalf("a still owns %v", a.b.OwnedBundles())
+	}
+	if l, err := a.b.LookupTopic(ctx, tn, false); err != nil || l.Owner.ID != "b" {
+		t.Fatalf("lookup after the unload = %+v, %v; want b", l, err)
+	}
+	if _, err := b.b.Topic(ctx, tn, true); err != nil {
+		t.Fatalf("b loading the moved topic: %v", err)
+	}
+}
