@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -49,6 +50,9 @@ type Config struct {
 	// ReadTimeout bounds reads, LAC queries, fencing and deletes on each
 	// bookie. Default 10 s.
 	ReadTimeout time.Duration
+	// Dial connects to a bookie's address. Default: TCP. (Standalone
+	// reaches its in-process bookie through bookie/memnet.)
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
 // Client creates, writes, opens, recovers and deletes ledgers.
@@ -96,7 +100,7 @@ func New(cfg Config) (*Client, error) {
 	sweep = max(min(sweep, 500*time.Millisecond), 5*time.Millisecond)
 	log := cfg.Logger.With("component", "bookie-client")
 	return &Client{cfg: cfg, log: log, meta: cfg.Meta, ids: ids,
-		pool: newPool(cfg.DialTimeout, sweep, log), writers: make(map[*Writer]struct{})}, nil
+		pool: newPool(cfg.DialTimeout, sweep, cfg.Dial, log), writers: make(map[*Writer]struct{})}, nil
 }
 
 // Close closes the connections to bookies. Pending and later adds of this

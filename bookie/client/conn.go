@@ -68,6 +68,7 @@ func putFrameHeader(dst *[4 + wire.HeaderSize]byte, h wire.Header, n int) {
 type conn struct {
 	addr        string
 	dialTimeout time.Duration
+	dial        dialFunc
 	log         *slog.Logger
 
 	broken atomic.Bool   // set with err
@@ -82,8 +83,8 @@ type conn struct {
 	wake    chan struct{} // signals the writer (capacity 1)
 }
 
-func newConn(addr string, dialTimeout time.Duration, log *slog.Logger) *conn {
-	c := &conn{addr: addr, dialTimeout: dialTimeout, log: log.With("bookie", addr),
+func newConn(addr string, dialTimeout time.Duration, dial dialFunc, log *slog.Logger) *conn {
+	c := &conn{addr: addr, dialTimeout: dialTimeout, dial: dial, log: log.With("bookie", addr),
 		done: make(chan struct{}), pending: make(map[uint64]call), wake: make(chan struct{}, 1)}
 	go c.writeLoop()
 	return c
@@ -156,8 +157,7 @@ func (c *conn) expire(now time.Time) {
 }
 
 func (c *conn) writeLoop() {
-	d := net.Dialer{Timeout: c.dialTimeout}
-	nc, err := d.Dial("tcp", c.addr)
+	nc, err := c.dial(c.addr, c.dialTimeout)
 	if err != nil {
 		c.fail(err)
 		return
@@ -234,6 +234,7 @@ func (c *conn) readLoop(nc net.Conn) {
 // sweeper that times out requests.
 type pool struct {
 	dialTimeout time.Duration
+	dial        dialFunc
 	log         *slog.Logger
 	stop        chan struct{}
 	swept       sync.WaitGroup
@@ -243,8 +244,18 @@ type pool struct {
 	closed bool
 }
 
-func newPool(dialTimeout, sweepEvery time.Duration, log *slog.Logger) *pool {
-	p := &pool{dialTimeout: dialTimeout, log: log, stop: make(chan struct{}), conns: make(map[string]*conn)}
+// dialFunc connects to a bookie's address.
+type dialFunc func(addr string, timeout time.Duration) (net.Conn, error)
+
+func dialTCP(addr string, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", addr, timeout)
+}
+
+func newPool(dialTimeout, sweepEvery time.Duration, dial dialFunc, log *slog.Logger) *pool {
+	if dial == nil {
+		dial = dialTCP
+	}
+	p := &pool{dialTimeout: dialTimeout, dial: dial, log: log, stop: make(chan struct{}), conns: make(map[string]*conn)}
 	p.swept.Add(1)
 	go p.sweep(sweepEvery)
 	return p
@@ -260,7 +271,7 @@ func (p *pool) get(addr string) (*conn, error) {
 	}
 	c := p.conns[addr]
 	if c == nil || c.broken.Load() {
-		c = newConn(addr, p.dialTimeout, p.log)
+		c = newConn(addr, p.dialTimeout, p.dial, p.log)
 		p.conns[addr] = c
 	}
 	return c, nil

@@ -153,6 +153,8 @@ type brokerStack struct {
 type brokerListeners struct {
 	pulsar, kafka                     net.Listener
 	pulsarAdvertised, kafkaAdvertised string
+	// bookieDial connects to bookies (nil: TCP).
+	bookieDial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
 // startBroker starts a broker over store, serving Pulsar and Kafka on
@@ -167,7 +169,7 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 			b.close(context.Background())
 		}
 	}()
-	if b.bookies, err = client.New(client.Config{Meta: store, Logger: log.With("component", "bookie-client")}); err != nil {
+	if b.bookies, err = client.New(client.Config{Meta: store, Dial: ls.bookieDial, Logger: log.With("component", "bookie-client")}); err != nil {
 		return nil, fmt.Errorf("bookie client: %w", err)
 	}
 	if b.cache, err = ledger.NewCache(ledger.CacheConfig{MaxBytes: cfg.EntryCacheSize, Registerer: reg, Logger: log}); err != nil {
