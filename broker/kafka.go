@@ -77,6 +77,13 @@ func (b *Broker) KafkaNamespace() (tenant, namespace string) {
 // auto-creation allows (partitioned or not, as configured); otherwise
 // ErrTopicNotFound.
 func (b *Broker) KafkaPartitions(ctx context.Context, t TopicName, create bool) (int, error) {
+	names, err := b.KafkaPartitionNames(ctx, t, create)
+	return len(names), err
+}
+
+// KafkaPartitionNames is KafkaPartitions with the topics serving the
+// partitions: t's partitions if it is partitioned, else t itself.
+func (b *Broker) KafkaPartitionNames(ctx context.Context, t TopicName, create bool) ([]TopicName, error) {
 	var n int
 	var err error
 	if create {
@@ -84,48 +91,38 @@ func (b *Broker) KafkaPartitions(ctx context.Context, t TopicName, create bool) 
 	} else {
 		n, err = b.storedPartitions(ctx, t)
 	}
-	if err != nil || n > 0 {
-		return n, err
-	}
-	exists, err := b.topicExists(ctx, t)
-	if err != nil {
-		return 0, err
-	}
-	if exists {
-		return 1, nil
-	}
-	if !create {
-		return 0, fmt.Errorf("%w: %s", ErrTopicNotFound, t)
-	}
-	mode, _, err := b.autoCreation(ctx, t)
-	if err != nil {
-		return 0, err
-	}
-	if mode == AutoCreateOff {
-		return 0, fmt.Errorf("%w: %s", ErrTopicNotFound, t)
-	}
-	// Created, not loaded: its owner (maybe another broker) loads it.
-	if err := b.CreateTopic(ctx, t); err != nil && !errors.Is(err, ErrAlreadyExists) {
-		return 0, err
-	}
-	return 1, nil
-}
-
-// KafkaPartitionNames returns the topics serving the Kafka partitions of
-// t: its partitions if it is partitioned, else t itself.
-func (b *Broker) KafkaPartitionNames(ctx context.Context, t TopicName) ([]TopicName, error) {
-	n, err := b.storedPartitions(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 {
+	if n > 0 {
+		out := make([]TopicName, n)
+		for i := range n {
+			out[i] = t.PartitionName(i)
+		}
+		return out, nil
+	}
+	exists, err := b.topicExists(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if exists {
 		return []TopicName{t}, nil
 	}
-	out := make([]TopicName, n)
-	for i := range n {
-		out[i] = t.PartitionName(i)
+	if !create {
+		return nil, fmt.Errorf("%w: %s", ErrTopicNotFound, t)
 	}
-	return out, nil
+	mode, _, err := b.autoCreation(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if mode == AutoCreateOff {
+		return nil, fmt.Errorf("%w: %s", ErrTopicNotFound, t)
+	}
+	// Created, not loaded: its owner (maybe another broker) loads it.
+	if err := b.CreateTopic(ctx, t); err != nil && !errors.Is(err, ErrAlreadyExists) {
+		return nil, err
+	}
+	return []TopicName{t}, nil
 }
 
 // KafkaPartition returns the loaded topic serving Kafka partition p of t

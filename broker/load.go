@@ -155,7 +155,7 @@ func (o *ownership) report() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	v, _ := json.Marshal(o.record())
-	_, err := o.store.Set(ctx, meta.Join(meta.BrokersRoot, escapeNodeName(o.self.ID)), v, meta.AnyVersion)
+	_, err := o.store.Set(ctx, o.registrationPath(), v, meta.AnyVersion)
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
 		o.log.Warn("writing the load report", "err", err)
 		return

@@ -272,10 +272,14 @@ func (o *ownership) kafkaNodeID(ctx context.Context) (int32, error) {
 	}
 }
 
-// escapeNodeName makes a broker id (host:port) or a group name one path
-// element.
+// escapeNodeName makes a broker id (host:port) one path element.
 func escapeNodeName(s string) string {
 	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(s)
+}
+
+// registrationPath is /brokers/<id>.
+func (o *ownership) registrationPath() string {
+	return meta.Join(meta.BrokersRoot, escapeNodeName(o.self.ID))
 }
 
 func (o *ownership) record() brokerRecord {
@@ -289,7 +293,7 @@ func (o *ownership) register(ctx context.Context) error {
 	if err := meta.EnsurePath(ctx, o.store, meta.BrokersRoot); err != nil {
 		return err
 	}
-	p := meta.Join(meta.BrokersRoot, escapeNodeName(o.self.ID))
+	p := o.registrationPath()
 	v, _ := json.Marshal(o.record())
 	for range 3 {
 		_, err := o.store.Create(ctx, p, v, meta.Ephemeral)
@@ -316,12 +320,7 @@ func (o *ownership) register(ctx context.Context) error {
 }
 
 // Self is this broker's BrokerInfo.
-func (b *Broker) Self() BrokerInfo {
-	if b.own == nil {
-		return b.cfg.Advertised
-	}
-	return b.own.self
-}
+func (b *Broker) Self() BrokerInfo { return b.own.self }
 
 // LiveBrokers returns the registered brokers, sorted by id.
 func (b *Broker) LiveBrokers(ctx context.Context) ([]LiveBroker, error) {
@@ -705,6 +704,17 @@ type unloadHint struct {
 // least traffic, then this broker; the broker bd was just unloaded from
 // only if it is the only one.
 func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, bool, error) {
+	// A decision made a moment ago is answered from memory and the cached
+	// broker list: a Kafka client asks for an unowned partition's leader
+	// at every metadata refresh until its broker takes it.
+	if cached, err := o.liveBrokers(ctx, false); err == nil {
+		o.mu.Lock()
+		to, taking, ok := o.decidedLocked(bd, cached)
+		o.mu.Unlock()
+		if ok {
+			return to, taking, nil
+		}
+	}
 	list, err := o.liveBrokers(ctx, true)
 	if err != nil {
 		return BrokerInfo{}, false, err
@@ -719,19 +729,8 @@ func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, bool, er
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	key := bd.String()
-	if ob := o.owned[key]; ob != nil && !ob.releasing {
-		// Taken by a lookup that ran beside this one.
-		return o.self, o.noteChoiceLocked(o.self, true), nil
-	}
-	if a, ok := o.assigned[key]; ok && time.Since(a.at) <= assignmentTTL {
-		// Given out a moment ago and not taken yet: the same answer, or
-		// lookups of its other topics would choose again and split the
-		// bundle's clients.
-		for _, lb := range list {
-			if lb.Info.ID == a.to.ID {
-				return a.to, o.noteChoiceLocked(a.to, false), nil
-			}
-		}
+	if to, taking, ok := o.decidedLocked(bd, list); ok {
+		return to, taking, nil // decided by a lookup that ran beside this one
 	}
 	for k, a := range o.assigned { // keep the map small
 		if time.Since(a.at) > assignmentTTL {
@@ -773,6 +772,28 @@ func (o *ownership) choose(ctx context.Context, bd Bundle) (BrokerInfo, bool, er
 	o.assigned[key] = assignment{to: best.Info, at: time.Now()}
 	o.log.Debug("bundle assigned", "bundle", key, "broker", best.Info.ID)
 	return best.Info, o.noteChoiceLocked(best.Info, true), nil
+}
+
+// decidedLocked returns the broker bd was given to lately, if any: this
+// one if it has taken bd since, or the broker chosen, while it is live and
+// the choice is younger than assignmentTTL.
+func (o *ownership) decidedLocked(bd Bundle, live []LiveBroker) (BrokerInfo, bool, bool) {
+	key := bd.String()
+	if ob := o.owned[key]; ob != nil && !ob.releasing {
+		return o.self, o.noteChoiceLocked(o.self, true), true
+	}
+	a, ok := o.assigned[key]
+	if !ok || time.Since(a.at) > assignmentTTL {
+		return BrokerInfo{}, false, false
+	}
+	for _, lb := range live {
+		if lb.Info.ID == a.to.ID {
+			// Not taken yet: the same answer, or lookups of its other
+			// topics would choose again and split the bundle's clients.
+			return a.to, o.noteChoiceLocked(a.to, false), true
+		}
+	}
+	return BrokerInfo{}, false, false
 }
 
 // noteChoiceLocked counts a choice of broker to: one more bundle being
@@ -1120,7 +1141,7 @@ func (o *ownership) close(ctx context.Context) error {
 	close(o.stop)
 	o.done.Wait()
 	var errs []error
-	if err := o.store.Delete(ctx, meta.Join(meta.BrokersRoot, escapeNodeName(o.self.ID)), meta.AnyVersion); err != nil && !errors.Is(err, meta.ErrNotFound) {
+	if err := o.store.Delete(ctx, o.registrationPath(), meta.AnyVersion); err != nil && !errors.Is(err, meta.ErrNotFound) {
 		errs = append(errs, err)
 	}
 	var mu sync.Mutex

@@ -297,7 +297,7 @@ func (b *Broker) PartitionNames(ctx context.Context, t TopicName) ([]TopicName, 
 	if t.IsPartition() {
 		return []TopicName{t}, nil
 	}
-	return b.KafkaPartitionNames(ctx, t)
+	return b.KafkaPartitionNames(ctx, t, false)
 }
 
 // eachPartition calls f for every partition of t if t is partitioned,

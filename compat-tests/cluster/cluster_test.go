@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -801,28 +802,36 @@ func TestClusterBookieLossAndAutoRecovery(t *testing.T) {
 	}
 	defer kc.Close()
 	var acked []string
-	produce := func(n int) {
-		t.Helper()
+	var ackedN atomic.Int64 // len(acked), for other goroutines
+	produce := func(n int) error {
 		for range n {
 			v := fmt.Sprint("r-", len(acked))
 			if err := kc.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
-				t.Fatalf("produce %s: %v", v, err)
+				return fmt.Errorf("produce %s: %w", v, err)
 			}
 			acked = append(acked, v)
+			ackedN.Add(1)
 		}
+		return nil
 	}
-	produce(200)
+	if err := produce(200); err != nil {
+		t.Fatal(err)
+	}
 
 	// C joins; A dies during writes: the writer replaces it by C.
 	bookie() // C
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		produce(300)
-	}()
-	time.Sleep(200 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- produce(300) }()
+	eventually(t, 30*time.Second, func() error {
+		if n := ackedN.Load(); n < 250 {
+			return fmt.Errorf("%d records acknowledged, waiting for 250 before the kill", n)
+		}
+		return nil
+	})
 	a.kill()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 	underReplicated := func() []json.RawMessage {
 		code, body := httpDo(t, "GET", br.web()+"/admin/v2/autorecovery/under-replicated", "")
 		var list []json.RawMessage

@@ -134,9 +134,9 @@ func (s *Server) topicMetadata(ctx context.Context, name string, create bool) km
 		return mt
 	}
 	mt.TopicID = topicID(t)
-	n, err := s.b.KafkaPartitions(ctx, t, false)
+	parts, err := s.b.KafkaPartitionNames(ctx, t, false)
 	if errors.Is(err, broker.ErrTopicNotFound) && create {
-		if n, err = s.b.KafkaPartitions(ctx, t, true); err == nil {
+		if parts, err = s.b.KafkaPartitionNames(ctx, t, true); err == nil {
 			s.kafkaDefaults(ctx, t, nil)
 		}
 	}
@@ -147,12 +147,7 @@ func (s *Server) topicMetadata(ctx context.Context, name string, create bool) km
 		}
 		return mt
 	}
-	parts, err := s.b.KafkaPartitionNames(ctx, t)
-	if err != nil {
-		mt.ErrorCode = errCode(err)
-		return mt
-	}
-	for i := range n {
+	for i := range parts {
 		p := kmsg.NewMetadataResponseTopicPartition()
 		p.Partition = int32(i)
 		p.Leader, p.ErrorCode = s.partitionLeader(ctx, parts[i])
