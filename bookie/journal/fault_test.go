@@ -32,11 +32,19 @@ type shortFile struct {
 	armed *atomic.Bool
 }
 
-func (f shortFile) Write(p []byte) (int, error) {
-	if f.armed.Load() {
-		return f.File.Write(p[:len(p)/2])
+func (fs shortFS) OpenReadWrite(name string, cat vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, cat, opts...)
+	if err != nil {
+		return nil, err
 	}
-	return f.File.Write(p)
+	return shortFile{File: f, armed: fs.armed}, nil
+}
+
+func (f shortFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.armed.Load() {
+		return f.File.WriteAt(p[:len(p)/2], off)
+	}
+	return f.File.WriteAt(p, off)
 }
 
 // injectOn returns an errorfs filesystem over fs that fails the journal file
@@ -60,7 +68,7 @@ func TestWriteFailure(t *testing.T) {
 		wrap  func(vfs.FS, *atomic.Bool) vfs.FS
 		cause error
 	}{
-		{"write", func(fs vfs.FS, a *atomic.Bool) vfs.FS { return injectOn(fs, a, errorfs.OpFileWrite) }, errorfs.ErrInjected},
+		{"write", func(fs vfs.FS, a *atomic.Bool) vfs.FS { return injectOn(fs, a, errorfs.OpFileWrite, errorfs.OpFileWriteAt) }, errorfs.ErrInjected},
 		{"sync", func(fs vfs.FS, a *atomic.Bool) vfs.FS {
 			return injectOn(fs, a, errorfs.OpFileSync, errorfs.OpFileSyncData)
 		}, errorfs.ErrInjected},

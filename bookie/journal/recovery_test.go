@@ -49,8 +49,10 @@ func TestTruncateKinds(t *testing.T) {
 	}
 }
 
-// writeRecords runs a journal that appends n records and closes; it returns
-// them as acknowledged.
+// writeRecords runs a journal that appends n records and stops as a crash
+// would leave it: its file unfinished (Close's end cleared, as if the
+// process died after the last fsync). It returns the records as
+// acknowledged.
 func writeRecords(t *testing.T, opts Options, n int) []rec {
 	t.Helper()
 	j, _ := openT(t, opts, Position{})
@@ -66,6 +68,10 @@ func writeRecords(t *testing.T, opts Options, n int) []rec {
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
+	path := j.w.path
+	data := readFile(t, opts.FS, path)
+	clear(data[endOffset:headerSizeV2])
+	writeFile(t, opts.FS, path, data)
 	return acked
 }
 
@@ -183,7 +189,7 @@ func TestBadFileHeader(t *testing.T) {
 				opts := Options{FS: env.fs, Dir: dir, Logger: discardLogger}
 				acked := writeRecords(t, opts, 3)
 				path := env.fs.PathJoin(dir, fileName(2))
-				h := fileHeader()
+				h := fileHeader{version: formatV2, num: 2}.encode()
 				writeFile(t, env.fs, path, h[:size])
 
 				logger, lb := newLogger()
@@ -209,7 +215,8 @@ func TestBadFileHeader(t *testing.T) {
 				damage func([]byte)
 			}{
 				{"magic", 1, func(d []byte) { d[0] = 'X' }},
-				{"version", 1, func(d []byte) { d[5] = 2 }},
+				{"version", 1, func(d []byte) { d[5] = 3 }},
+				{"number", 1, func(d []byte) { d[15]++ }},
 				{"reserved", 1, func(d []byte) { d[7] = 1 }},
 				{"last-file", 3, func(d []byte) { d[1] = 0 }},
 			} {
@@ -305,23 +312,39 @@ func TestLeftoverTmpRemoved(t *testing.T) {
 	}
 }
 
-// FuzzReplay feeds arbitrary bytes to recovery as a journal file, the last
+// FuzzReplay feeds arbitrary bytes to recovery as journal file 1, the last
 // one or (second) an earlier one: Open must not fail or panic, and every
-// record it replays must be one the bytes really hold, checksum included.
+// record it replays must be one the bytes really hold, checksum (salted in
+// the current format) included, before the header's end if it has one.
 func FuzzReplay(f *testing.F) {
-	valid := func(bodies ...string) []byte {
-		h := fileHeader()
-		b := h[:]
+	valid := func(version byte, end bool, bodies ...string) []byte {
+		var b []byte
+		salt := uint32(0)
+		if version == formatV1 {
+			b = append(b, fileMagic...)
+			b = append(b, formatV1, 0, 0)
+		} else {
+			h := fileHeader{version: formatV2, num: 1}.encode()
+			b = h[:]
+			salt = fileSalt(1)
+		}
 		for i, body := range bodies {
-			b = appendRecord(b, byte(i+1), []byte(body))
+			b = appendRecordCRC(b, recordCRC(byte(i+1), []byte(body))^salt, byte(i+1), []byte(body))
+		}
+		if end {
+			binary.BigEndian.PutUint64(b[endOffset:], uint64(len(b)))
+			b = appendRecord(b, 9, []byte("old data of a reused file"))
 		}
 		return b
 	}
-	v := valid("hello", "", "world, a longer record body", "x")
+	v1 := valid(formatV1, false, "hello", "", "world, a longer record body", "x")
+	v2 := valid(formatV2, false, "hello", "", "world, a longer record body", "x")
 	for _, seed := range [][]byte{
-		nil, []byte("MGJ"), v[:fileHeaderSize], v, v[:len(v)-3], v[:fileHeaderSize+4],
-		append(slices.Clone(v), make([]byte, 100)...), append(slices.Clone(v), 1, 2, 3),
-		append([]byte("XGJNL\x01\x00\x00"), v[fileHeaderSize:]...),
+		nil, []byte("MGJ"), v1[:headerSizeV1], v1, v1[:len(v1)-3], v1[:headerSizeV1+4],
+		append(slices.Clone(v1), make([]byte, 100)...), append(slices.Clone(v1), 1, 2, 3),
+		append([]byte("XGJNL\x01\x00\x00"), v1[headerSizeV1:]...),
+		v2[:headerSizeV2], v2, v2[:len(v2)-3], v2[:headerSizeV2-1], append(slices.Clone(v2), 1, 2, 3),
+		valid(formatV2, true, "a", "bc"), valid(formatV1, false, "a"),
 	} {
 		f.Add(seed, false)
 		f.Add(seed, true)
@@ -334,19 +357,24 @@ func FuzzReplay(f *testing.F) {
 		path := fs.PathJoin(memDir, fileName(1))
 		writeFile(t, fs, path, data)
 		if second {
-			writeFile(t, fs, fs.PathJoin(memDir, fileName(2)), valid("next file"))
+			h := fileHeader{version: formatV2, num: 2}.encode()
+			writeFile(t, fs, fs.PathJoin(memDir, fileName(2)), h[:])
 		}
-		off := int64(fileHeaderSize)
+		h, reason := parseFileHeader(data[:min(len(data), headerSizeV2)], 1)
+		off, limit := h.size(), int64(len(data))
+		if reason == "" && h.end != 0 && h.end <= limit {
+			limit = h.end
+		}
 		j, err := Open(Options{FS: fs, Dir: memDir, Logger: discardLogger}, Position{}, func(end Position, typ byte, body []byte) error {
 			if end.File != 1 {
 				return nil
 			}
 			start := end.Offset - recordSize(len(body))
-			if start != off || end.Offset > int64(len(data)) {
-				return fmt.Errorf("record at %d..%d, want it to start at %d in %d bytes", start, end.Offset, off, len(data))
+			if reason != "" || start != off || end.Offset > limit {
+				return fmt.Errorf("record at %d..%d, want it to start at %d, end by %d (header: %q)", start, end.Offset, off, limit, reason)
 			}
 			raw := data[start:end.Offset]
-			if crc := binary.BigEndian.Uint32(raw); crc != crc32.Checksum(raw[4:], castagnoli) {
+			if crc := binary.BigEndian.Uint32(raw) ^ h.salt(); crc != crc32.Checksum(raw[4:], castagnoli) {
 				return errors.New("replayed a record whose checksum does not match")
 			}
 			if typ == 0 || raw[8] != typ || !bytes.Equal(raw[recordHeaderSize:], body) {
@@ -360,16 +388,18 @@ func FuzzReplay(f *testing.F) {
 		}
 		j.Close()
 		// The last file is cut after its last good record (or removed when
-		// too short for a header); other files are left alone.
+		// too short for a header, or naming another file); other files, and
+		// a finished file (with an end), are left alone.
 		fi, err := fs.Stat(path)
+		torn := len(data) < headerSizeV1 || h.version == formatV2 && (len(data) < headerSizeV2 || h.num != 1)
 		switch {
-		case second || checkFileHeader(data[:min(len(data), fileHeaderSize)]) != "" && len(data) >= fileHeaderSize:
-			if err != nil || fi.Size() != int64(len(data)) {
-				t.Fatalf("file changed: %v", err)
-			}
-		case len(data) < fileHeaderSize:
+		case !second && torn:
 			if err == nil {
 				t.Fatal("torn file not removed")
+			}
+		case second || reason != "" || h.end != 0:
+			if err != nil || fi.Size() != int64(len(data)) {
+				t.Fatalf("file changed: %v", err)
 			}
 		default:
 			if err != nil || fi.Size() != off {

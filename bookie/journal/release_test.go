@@ -1,7 +1,10 @@
 package journal
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -9,8 +12,9 @@ import (
 
 func TestRotationAndRelease(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	// 10 records of 109 bytes pass 1000 bytes: each file holds 10 records.
-	opts := Options{FS: mem, Dir: memDir, MaxFileSize: 1000, Logger: discardLogger}
+	// A header and 10 records of 109 bytes pass 1010 bytes: each file holds
+	// 10 records.
+	opts := Options{FS: mem, Dir: memDir, MaxFileSize: 1010, Logger: discardLogger}
 	j, _ := openT(t, opts, Position{})
 	var acked []rec
 	for i := range 60 {
@@ -74,4 +78,103 @@ func TestRotationAndRelease(t *testing.T) {
 	j, _ = openT(t, opts, Position{})
 	j.Close()
 	release(Position{File: 10, Offset: 8}, []uint64{10})
+}
+
+// freeFiles lists the numbers of the free files in dir, ascending.
+func freeFiles(t testing.TB, dir string) []uint64 {
+	t.Helper()
+	names, err := vfs.Default.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nums []uint64
+	for _, name := range names {
+		if num, ok := parseFreeName(name); ok {
+			nums = append(nums, num)
+		}
+	}
+	slices.Sort(nums)
+	return nums
+}
+
+func inode(t testing.TB, path string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// Released files are kept for reuse (RecycledFiles of them; the others are
+// deleted in the background), a new file reuses one, and neither a clean
+// restart nor a crash replays anything of a reused file's old records.
+func TestReuseOfReleasedFiles(t *testing.T) {
+	// Deletions go in steps, here of a quarter of a file.
+	defer func(step int64) { trimStep = step }(trimStep)
+	trimStep = 256
+	dir := t.TempDir() + "/journal"
+	logger, lb := newLogger()
+	opts := Options{Dir: dir, MaxFileSize: 1010, Logger: logger}
+	j, _ := openT(t, opts, Position{})
+	var acked []rec
+	add := func(n, size int) {
+		t.Helper()
+		for i := range n {
+			body := testBody(len(acked), i, size)
+			r := appendWait(t, j, 1, body)
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			acked = append(acked, rec{r.End, 1, body})
+		}
+		waitWriterIdle(t, j)
+	}
+	add(60, 100) // files 1-6 full, file 7 current
+	if err := j.Release(acked[39].End); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := journalFiles(t, vfs.Default, dir), []uint64{5, 6, 7}; !slices.Equal(got, want) {
+		t.Fatalf("files %v, want %v", got, want)
+	}
+	// Four released; the trimmer deletes the two oldest.
+	waitUntil(t, "two free files are left", func() bool { return slices.Equal(freeFiles(t, dir), []uint64{3, 4}) })
+	reused := inode(t, filepath.Join(dir, freeName(4)))
+
+	// Records of another size, so that the old records after the new ones
+	// do not line up with them.
+	add(14, 70) // fills file 7 (13 records), then file 8 reuses free file 4
+	if got := inode(t, filepath.Join(dir, fileName(8))); got != reused {
+		t.Fatalf("file 8 is inode %d, want %d (free file 4 reused)", got, reused)
+	}
+	if got, want := freeFiles(t, dir), []uint64{3}; !slices.Equal(got, want) {
+		t.Fatalf("free files %v, want %v", got, want)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkQuiet(t, lb)
+
+	// A clean restart reads file 8 up to its end: no old records, no
+	// warnings.
+	j, got := openT(t, opts, acked[39].End)
+	checkRecs(t, got, acked[40:])
+	checkQuiet(t, lb)
+	add(5, 30) // into file 9, a reuse of free file 3
+	if got, want := freeFiles(t, dir), []uint64(nil); !slices.Equal(got, want) {
+		t.Fatalf("free files %v, want %v", got, want)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A crash leaves file 9 unfinished: its old records (of file 3) follow
+	// the new ones and are cut as a torn tail, never replayed.
+	path := filepath.Join(dir, fileName(9))
+	data := readFile(t, vfs.Default, path)
+	clear(data[endOffset:headerSizeV2])
+	writeFile(t, vfs.Default, path, data)
+	j, got = openT(t, opts, acked[39].End)
+	defer j.Close()
+	checkRecs(t, got, acked[40:])
+	checkLogged(t, lb, "WARN", path, acked[len(acked)-1].End.Offset)
 }

@@ -29,116 +29,151 @@ func newReplayer(fs vfs.FS, dir string, log *slog.Logger) *replayer {
 }
 
 // replayFiles replays the files nums (ascending) from position from and
-// returns the numbers of the files still on disk afterwards.
-func (r *replayer) replayFiles(nums []uint64, from Position, fn func(Position, byte, []byte) error) ([]uint64, error) {
-	kept := nums[:0:0]
+// returns the state of the files still on disk afterwards.
+func (r *replayer) replayFiles(nums []uint64, from Position, fn func(Position, byte, []byte) error) ([]fileState, error) {
+	var kept []fileState
 	for i, num := range nums {
-		if num < from.File {
-			kept = append(kept, num)
-			continue
-		}
-		start := int64(fileHeaderSize)
+		start := int64(0) // from the first record
 		if num == from.File {
-			start = max(start, from.Offset)
+			start = from.Offset
 		}
-		removed, err := r.replayFile(num, start, i == len(nums)-1, fn)
+		st, removed, err := r.replayFile(num, start, num < from.File, i == len(nums)-1, fn)
 		if err != nil {
 			return nil, err
 		}
 		if !removed {
-			kept = append(kept, num)
+			kept = append(kept, st)
 		}
 	}
 	return kept, nil
 }
 
-// replayFile replays file num from offset start. last says whether it is the
-// newest file, whose damage is a torn tail to cut rather than corruption. It
-// reports whether it removed the file (a last file too short for a header).
-func (r *replayer) replayFile(num uint64, start int64, last bool, fn func(Position, byte, []byte) error) (removed bool, err error) {
+// replayFile replays file num from offset start (its first record if start
+// is inside the header); with skip, it only learns where the file's records
+// end (by its header or its size). last says whether it is the newest file, whose damage is a torn tail
+// to cut rather than corruption. It reports whether it removed the file (a
+// last file too short for a header, or renamed for reuse before its header
+// was rewritten).
+func (r *replayer) replayFile(num uint64, start int64, skip, last bool, fn func(Position, byte, []byte) error) (st fileState, removed bool, err error) {
+	st.num = num
 	path := r.fs.PathJoin(r.dir, fileName(num))
 	f, err := r.fs.Open(path)
 	if err != nil {
-		return false, fmt.Errorf("journal: open %s: %w", path, err)
+		return st, false, fmt.Errorf("journal: open %s: %w", path, err)
 	}
-	cut, remove, err := r.scan(f, path, num, start, last, fn)
+	res, err := r.scan(f, path, num, start, skip, last, fn)
 	f.Close() // read-only: nothing to lose
+	st.end, st.reusable = res.end, res.reusable
 	switch {
 	case err != nil:
-		return false, err
-	case remove:
+		return st, false, err
+	case res.remove:
 		if err := r.fs.Remove(path); err != nil {
-			return false, fmt.Errorf("journal: remove torn %s: %w", path, err)
+			return st, false, fmt.Errorf("journal: remove torn %s: %w", path, err)
 		}
-		return true, syncDir(r.fs, r.dir)
-	case cut >= 0:
-		return false, r.truncate(path, cut)
+		return st, true, syncDir(r.fs, r.dir)
+	case res.cut:
+		return st, false, r.truncate(path, res.end)
 	}
-	return false, nil
+	return st, false, nil
 }
 
-// scan does the reading for replayFile. In the last file it returns where to
-// cut a torn tail (cut >= 0), or that the file is to be removed; otherwise
-// cut is -1.
-func (r *replayer) scan(f vfs.File, path string, num uint64, start int64, last bool, fn func(Position, byte, []byte) error) (cut int64, remove bool, err error) {
+// scanResult is what scan found in a file.
+type scanResult struct {
+	end      int64 // where the file's records end
+	reusable bool  // in the current format
+	cut      bool  // the last file: cut it at end
+	remove   bool  // the last file: remove it
+}
+
+// scan does the reading for replayFile.
+func (r *replayer) scan(f vfs.File, path string, num uint64, start int64, skip, last bool, fn func(Position, byte, []byte) error) (scanResult, error) {
+	var res scanResult
 	fi, err := f.Stat()
 	if err != nil {
-		return -1, false, fmt.Errorf("journal: stat %s: %w", path, err)
+		return res, fmt.Errorf("journal: stat %s: %w", path, err)
 	}
 	size := fi.Size()
 
-	var hdr [fileHeaderSize]byte
-	if n, err := f.ReadAt(hdr[:], 0); n < len(hdr) && err != nil && err != io.EOF {
-		return -1, false, fmt.Errorf("journal: read %s: %w", path, err)
+	var b [headerSizeV2]byte
+	n, err := f.ReadAt(b[:min(size, int64(len(b)))], 0)
+	if err != nil && err != io.EOF {
+		return res, fmt.Errorf("journal: read %s: %w", path, err)
 	}
-	if reason := checkFileHeader(hdr[:min(size, int64(len(hdr)))]); reason != "" {
+	h, reason := parseFileHeader(b[:n], num)
+	if reason != "" {
 		cerr := &CorruptionError{File: path, Offset: 0, Reason: reason}
-		if last && size < fileHeaderSize {
-			// Created by a run that crashed before the header was synced:
-			// no record can have been acknowledged in it.
+		// In the last file, a header cut short is a crash before the header
+		// was synced, and a header naming another file a crash between a
+		// reused file's rename and its new header: either way no record was
+		// acknowledged in it.
+		short := size < headerSizeV1 || h.version == formatV2 && size < headerSizeV2
+		if last && (short || h.version == formatV2 && h.num != num) {
 			r.log.Warn("journal: removing torn last file", "file", path, "offset", 0, "cut_bytes", size, "err", cerr)
-			return -1, true, nil
+			res.remove = true
+			return res, nil
 		}
 		r.log.Error("journal: bad file header, skipping the whole file", "file", path, "offset", 0, "skipped_bytes", size, "err", cerr)
-		return -1, false, nil
+		res.end = size
+		return res, nil
 	}
-
-	off := start
-	if off < size {
-		r.br.Reset(io.NewSectionReader(f, off, size-off))
+	res.reusable = h.version == formatV2
+	limit := size
+	if h.end != 0 {
+		if h.end > size {
+			r.log.Error("journal: file shorter than its records' end, reading what there is",
+				"file", path, "offset", size, "end", h.end)
+		} else {
+			limit = h.end
+		}
 	}
-	for off < size {
-		typ, body, reason, err := r.next(size - off)
+	if skip {
+		// Before the replay's start: only Release reads end, and only for
+		// files at or after a checkpoint, so the size does for files
+		// without one.
+		res.end = limit
+		return res, nil
+	}
+	salt := h.salt()
+	off := max(start, h.size())
+	if off < limit {
+		r.br.Reset(io.NewSectionReader(f, off, limit-off))
+	}
+	for off < limit {
+		typ, body, reason, err := r.next(limit-off, salt)
 		if err != nil {
-			return -1, false, fmt.Errorf("journal: read %s at offset %d: %w", path, off, err)
+			return res, fmt.Errorf("journal: read %s at offset %d: %w", path, off, err)
 		}
 		if reason != "" {
 			cerr := &CorruptionError{File: path, Offset: off, Reason: reason}
-			if !last {
+			res.end = off
+			if !last || h.end != 0 {
 				r.log.Error("journal: corrupt record, skipping the rest of the file",
-					"file", path, "offset", off, "skipped_bytes", size-off, "err", cerr)
-				return -1, false, nil
+					"file", path, "offset", off, "skipped_bytes", limit-off, "err", cerr)
+				return res, nil
 			}
 			r.log.Warn("journal: torn tail, cutting it off",
-				"file", path, "offset", off, "cut_bytes", size-off, "err", cerr)
-			return off, false, nil
+				"file", path, "offset", off, "cut_bytes", size-off, "reused_file", h.version == formatV2, "err", cerr)
+			res.cut = true
+			return res, nil
 		}
 		off += recordSize(len(body))
 		r.records++
 		r.bytes += int64(len(body))
 		if fn != nil {
 			if err := fn(Position{File: num, Offset: off}, typ, body); err != nil {
-				return -1, false, err
+				return res, err
 			}
 		}
 	}
-	return -1, false, nil
+	res.end = off
+	return res, nil
 }
 
 // next reads the record at the reader's position, with remaining bytes left
-// in the file. A damaged record yields a reason and no error; err is for I/O
+// in the file, whose checksums are salted with salt. A damaged record yields a reason and no error; err is for I/O
 // errors only. body is valid until the next call.
-func (r *replayer) next(remaining int64) (typ byte, body []byte, reason string, err error) {
+func (r *replayer) next(remaining int64, salt uint32) (typ byte, body []byte, reason string, err error) {
 	if remaining < recordHeaderSize {
 		return 0, nil, fmt.Sprintf("incomplete record header: %d of %d bytes", remaining, recordHeaderSize), nil
 	}
@@ -149,7 +184,7 @@ func (r *replayer) next(remaining int64) (typ byte, body []byte, reason string, 
 	if h == [recordHeaderSize]byte{} {
 		return 0, nil, "zeroed record header", nil
 	}
-	crc := binary.BigEndian.Uint32(h[0:])
+	crc := binary.BigEndian.Uint32(h[0:]) ^ salt
 	length := binary.BigEndian.Uint32(h[4:])
 	typ = h[8]
 	switch {

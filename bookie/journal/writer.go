@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"slices"
@@ -107,7 +108,7 @@ func (j *Journal) commit() {
 	if j.w.err == nil {
 		buf := slices.Grow(j.w.buf[:0], j.w.bytes)
 		for i := range g {
-			buf = appendRecordCRC(buf, g[i].crc, g[i].typ, g[i].body)
+			buf = appendRecordCRC(buf, g[i].crc^j.w.salt, g[i].typ, g[i].body)
 		}
 		j.w.buf = buf
 		if err := j.writeAndSync(buf); err != nil {
@@ -139,7 +140,7 @@ func (j *Journal) commit() {
 // writeAndSync appends buf to the current file and makes it durable. A short
 // write is a failure even without an error: the file now ends mid-group.
 func (j *Journal) writeAndSync(buf []byte) error {
-	if err := writeFull(j.w.file, buf); err != nil {
+	if err := writeFull(j.w.file, buf, j.w.size); err != nil {
 		return err
 	}
 	if j.opts.NoSync {
@@ -152,8 +153,10 @@ func (j *Journal) writeAndSync(buf []byte) error {
 	return nil
 }
 
-func writeFull(f vfs.File, b []byte) error {
-	n, err := f.Write(b)
+// writeFull writes b at offset off of f: at the end of a new file, or over
+// the old data of a reused one.
+func writeFull(f vfs.File, b []byte, off int64) error {
+	n, err := f.WriteAt(b, off)
 	if err != nil {
 		return fmt.Errorf("write of %d bytes (%d written): %w", len(b), n, err)
 	}
@@ -173,16 +176,14 @@ func (j *Journal) fail(err error, off int64) {
 }
 
 // rotate moves appends to a new file after the current one passed
-// MaxFileSize.
+// MaxFileSize. The current file's header gets its end, synced, before the
+// next file exists: recovery reads a finished file's records up to it and
+// never into a reused file's old data after it.
 func (j *Journal) rotate() {
 	old, oldPath := j.w.file, j.w.path
-	if j.opts.NoSync {
-		// Recovery takes damage in any file but the last for corruption, so
-		// a file is complete and durable before the next one exists.
-		if err := old.Sync(); err != nil {
-			j.fail(fmt.Errorf("fsync before rotation: %w", err), j.w.size)
-			return
-		}
+	if err := j.finishFile(); err != nil {
+		j.fail(fmt.Errorf("finish the file before rotation: %w", err), j.w.size)
+		return
 	}
 	if err := j.startFile(j.w.num + 1); err != nil {
 		j.fail(err, j.w.size)
@@ -194,17 +195,73 @@ func (j *Journal) rotate() {
 	}
 }
 
-// startFile creates journal file num with its header and makes both the file
-// and its directory entry durable before any record goes into it, then makes
-// it the current file.
+// finishFile writes the current file's end into its header and syncs the
+// file (its data too, for NoSync).
+func (j *Journal) finishFile() error {
+	var end [8]byte
+	binary.BigEndian.PutUint64(end[:], uint64(j.w.size))
+	if err := writeFull(j.w.file, end[:], endOffset); err != nil {
+		return err
+	}
+	if err := j.w.file.Sync(); err != nil {
+		return fmt.Errorf("fsync: %w", err)
+	}
+	j.files.Lock()
+	j.files.list[len(j.files.list)-1].end = j.w.size
+	j.files.Unlock()
+	return nil
+}
+
+// startFile makes file num the current file: a free file reused, or a new
+// one. Its header, and the directory entry, are durable before any record
+// goes into it. A reused file gets its new header before its new name, so
+// that under its new name it never shows its old one.
 func (j *Journal) startFile(num uint64) error {
 	path := j.fs.PathJoin(j.opts.Dir, fileName(num))
+	f, err := j.openFile(num, path)
+	if err != nil {
+		return err
+	}
+	j.w.file, j.w.num, j.w.path, j.w.size = f, num, path, int64(fileHeaderSize)
+	j.w.salt = fileSalt(num)
+	j.files.Lock()
+	j.files.list = append(j.files.list, fileState{num: num, reusable: true})
+	j.files.Unlock()
+	return nil
+}
+
+// openFile reuses a free file as file num at path, or creates it.
+func (j *Journal) openFile(num uint64, path string) (vfs.File, error) {
+	hdr := fileHeader{version: formatV2, num: num}.encode()
+	if free, ok := j.takeFree(); ok {
+		freePath := j.fs.PathJoin(j.opts.Dir, freeName(free))
+		f, err := j.fs.OpenReadWrite(freePath, writeCategory)
+		if err == nil {
+			err = writeFull(f, hdr[:], 0)
+			if err == nil {
+				err = f.Sync()
+			}
+			if err == nil {
+				err = j.fs.Rename(freePath, path)
+			}
+			if err == nil {
+				err = syncDir(j.fs, j.opts.Dir)
+			}
+			if err == nil {
+				return f, nil
+			}
+			f.Close()
+		}
+		// The free file is garbage now; a new file does the job.
+		j.log.Warn("journal: reuse of a free file failed, creating a new one", "file", freePath, "err", err)
+		_ = j.fs.Remove(freePath)
+		_ = j.fs.Remove(path)
+	}
 	f, err := j.fs.Create(path, writeCategory)
 	if err != nil {
-		return fmt.Errorf("journal: create %s: %w", path, err)
+		return nil, fmt.Errorf("journal: create %s: %w", path, err)
 	}
-	hdr := fileHeader()
-	err = writeFull(f, hdr[:])
+	err = writeFull(f, hdr[:], 0)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -214,11 +271,7 @@ func (j *Journal) startFile(num uint64) error {
 	if err != nil {
 		f.Close()
 		_ = j.fs.Remove(path) // best effort: recovery copes with a bad file too
-		return fmt.Errorf("journal: start %s: %w", path, err)
+		return nil, fmt.Errorf("journal: start %s: %w", path, err)
 	}
-	j.w.file, j.w.num, j.w.path, j.w.size = f, num, path, int64(fileHeaderSize)
-	j.files.Lock()
-	j.files.nums = append(j.files.nums, num)
-	j.files.Unlock()
-	return nil
+	return f, nil
 }

@@ -28,8 +28,9 @@ var bookieStorageSettings = []setting{
 	{"journal-max-group-bytes", "524288", "bytes", "group commit: flush the journal when a group of adds reaches this many bytes"},
 	{"journal-max-group-wait", "1ms", "duration", "group commit: longest an add waits for its group to fill (only with journal-flush-when-queue-empty=false)"},
 	{"journal-flush-when-queue-empty", "true", "bool", "group commit: flush as soon as no more adds are queued (lowest latency)"},
+	{"journal-reuse-files", "2", "count", "journal files a checkpoint released that are kept to be written over by later files (cheaper fsyncs, no deletions on the write path); others are deleted gradually; 0 deletes them all"},
 	{"entry-log-max-size", "1073741824", "bytes", "start a new entry log when the current one passes this size"},
-	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files deleted"},
+	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files released"},
 	{"gc-interval", "60s", "duration", "how often the space of deleted ledgers is reclaimed"},
 	{"gc-min-live-ratio", "0.5", "ratio", "compact an entry log when less than this fraction of it is still live"},
 }
@@ -139,7 +140,14 @@ func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) 
 	if err != nil {
 		return o, err
 	}
-	o.Journal = journal.Options{MaxGroupBytes: int(groupBytes), MaxGroupWait: groupWait, NoFlushWhenQueueEmpty: !flushEmpty}
+	reuse, err := check(sv, s("journal-reuse-files"), parseIntRange(0, 1000))
+	if err != nil {
+		return o, err
+	}
+	if reuse == 0 {
+		reuse = -1 // journal.Options: negative for none
+	}
+	o.Journal = journal.Options{MaxGroupBytes: int(groupBytes), MaxGroupWait: groupWait, NoFlushWhenQueueEmpty: !flushEmpty, RecycledFiles: reuse}
 	if o.EntryLogMaxSize, err = check(sv, s("entry-log-max-size"), parsePositiveInt); err != nil {
 		return o, err
 	}
