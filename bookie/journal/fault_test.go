@@ -68,7 +68,9 @@ func TestWriteFailure(t *testing.T) {
 		wrap  func(vfs.FS, *atomic.Bool) vfs.FS
 		cause error
 	}{
-		{"write", func(fs vfs.FS, a *atomic.Bool) vfs.FS { return injectOn(fs, a, errorfs.OpFileWrite, errorfs.OpFileWriteAt) }, errorfs.ErrInjected},
+		{"write", func(fs vfs.FS, a *atomic.Bool) vfs.FS {
+			return injectOn(fs, a, errorfs.OpFileWrite, errorfs.OpFileWriteAt)
+		}, errorfs.ErrInjected},
 		{"sync", func(fs vfs.FS, a *atomic.Bool) vfs.FS {
 			return injectOn(fs, a, errorfs.OpFileSync, errorfs.OpFileSyncData)
 		}, errorfs.ErrInjected},
