@@ -81,6 +81,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 // Errors passed to done callbacks and returned by Close. They are wrapped:
@@ -304,7 +306,7 @@ func Open(opts Options, from Position, replay func(end Position, typ byte, body 
 	// The directory's own entry must be durable too, or a crash could lose
 	// the whole journal.
 	if parent := fs.PathDir(o.Dir); parent != o.Dir {
-		if err := syncDir(fs, parent); err != nil {
+		if err := fsutil.SyncDir(fs, parent); err != nil {
 			return nil, err
 		}
 	}
@@ -502,7 +504,7 @@ func (j *Journal) Release(pos Position) error {
 	j.files.list = j.files.list[done:] // candidates are a prefix of list
 	j.files.free = append(j.files.free, freed...)
 	j.files.Unlock()
-	if serr := syncDir(j.fs, j.opts.Dir); serr != nil && err == nil {
+	if serr := fsutil.SyncDir(j.fs, j.opts.Dir); serr != nil && err == nil {
 		err = serr
 	}
 	if len(freed) > 0 {
@@ -528,14 +530,9 @@ func (j *Journal) takeFree() (num uint64, ok bool) {
 	return num, true
 }
 
-// Gradual deletion: a free file beyond RecycledFiles is cut by trimStep
-// bytes at a time, each cut synced (so that each filesystem journal commit
-// frees, and discards, at most that much), with trimPause between cuts.
-// (Variables for tests.)
-var (
-	trimStep  int64 = 8 << 20
-	trimPause       = 5 * time.Millisecond
-)
+// trim is how free files beyond RecycledFiles are deleted (a variable for
+// tests).
+var trim = fsutil.Gradual{}
 
 // trimmer deletes the free files beyond RecycledFiles, oldest first, until
 // Close. A deletion Close interrupts leaves the file free, shorter: the next
@@ -570,37 +567,20 @@ func (j *Journal) trimmer() {
 	}
 }
 
-// deleteGradually cuts the file at path down trimStep at a time and removes
-// it. It returns false if Close interrupted it. Failures are logged: the
-// file is only garbage, and the next Open tries again.
+// deleteGradually deletes the free file at path (fsutil.Gradual). It
+// returns false if Close interrupted it. Failures are logged: the file is
+// only garbage, and the next Open tries again.
 func (j *Journal) deleteGradually(path string) bool {
-	if f, err := j.fs.OpenReadWrite(path, writeCategory); err == nil {
-		t, ok := f.(interface{ Truncate(int64) error })
-		fi, serr := f.Stat()
-		if ok && serr == nil {
-			for size := fi.Size(); size > trimStep; {
-				size -= trimStep
-				if err := t.Truncate(size); err != nil {
-					j.log.Warn("journal: cut free file", "file", path, "err", err)
-					break
-				}
-				_ = f.Sync() // the cut is committed (and discarded) on its own
-				select {
-				case <-j.stopTrim:
-					f.Close()
-					return false
-				case <-time.After(trimPause):
-				}
-			}
-		}
-		f.Close()
-	}
-	if err := j.fs.Remove(path); err != nil {
+	stopped, err := trim.DeleteGradually(j.fs, path, j.stopTrim)
+	switch {
+	case stopped:
+		return false
+	case err != nil:
 		j.log.Warn("journal: delete free file", "file", path, "err", err)
-		return true
-	}
-	if err := syncDir(j.fs, j.opts.Dir); err != nil {
-		j.log.Warn("journal: sync directory", "dir", j.opts.Dir, "err", err)
+	default:
+		if err := fsutil.SyncDir(j.fs, j.opts.Dir); err != nil {
+			j.log.Warn("journal: sync directory", "dir", j.opts.Dir, "err", err)
+		}
 	}
 	return true
 }
@@ -638,21 +618,4 @@ func (j *Journal) Close() error {
 		err = fmt.Errorf("journal: unlock %s: %w", j.opts.Dir, lerr)
 	}
 	return err
-}
-
-// syncDir makes the directory's entries (created, renamed, removed files)
-// durable.
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("journal: open directory %s: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("journal: sync directory %s: %w", dir, err)
-	}
-	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 func TestRotationAndRelease(t *testing.T) {
@@ -111,8 +113,8 @@ func inode(t testing.TB, path string) uint64 {
 // restart nor a crash replays anything of a reused file's old records.
 func TestReuseOfReleasedFiles(t *testing.T) {
 	// Deletions go in steps, here of a quarter of a file.
-	defer func(step int64) { trimStep = step }(trimStep)
-	trimStep = 256
+	defer func(g fsutil.Gradual) { trim = g }(trim)
+	trim = fsutil.Gradual{Step: 256}
 	dir := t.TempDir() + "/journal"
 	logger, lb := newLogger()
 	opts := Options{Dir: dir, MaxFileSize: 1010, Logger: logger}

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 // replayer reads journal files for Open, reusing its buffers across records
@@ -71,7 +73,7 @@ func (r *replayer) replayFile(num uint64, start int64, skip, last bool, fn func(
 		if err := r.fs.Remove(path); err != nil {
 			return st, false, fmt.Errorf("journal: remove torn %s: %w", path, err)
 		}
-		return st, true, syncDir(r.fs, r.dir)
+		return st, true, fsutil.SyncDir(r.fs, r.dir)
 	case res.cut:
 		return st, false, r.truncate(path, res.end)
 	}
@@ -261,5 +263,5 @@ func (r *replayer) truncate(path string, size int64) error {
 		_ = r.fs.Remove(tmp)
 		return fmt.Errorf("journal: cut tail of %s at %d: %w", path, size, err)
 	}
-	return syncDir(r.fs, r.dir)
+	return fsutil.SyncDir(r.fs, r.dir)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 const writeCategory vfs.DiskWriteCategory = "journal"
@@ -245,7 +247,7 @@ func (j *Journal) openFile(num uint64, path string) (vfs.File, error) {
 				err = j.fs.Rename(freePath, path)
 			}
 			if err == nil {
-				err = syncDir(j.fs, j.opts.Dir)
+				err = fsutil.SyncDir(j.fs, j.opts.Dir)
 			}
 			if err == nil {
 				return f, nil
@@ -266,7 +268,7 @@ func (j *Journal) openFile(num uint64, path string) (vfs.File, error) {
 		err = f.Sync()
 	}
 	if err == nil {
-		err = syncDir(j.fs, j.opts.Dir)
+		err = fsutil.SyncDir(j.fs, j.opts.Dir)
 	}
 	if err != nil {
 		f.Close()

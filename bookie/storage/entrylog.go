@@ -14,6 +14,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
+
 	"github.com/magnetar-io/magnetar/bookie/entry"
 )
 
@@ -468,22 +470,39 @@ func (l *entryLogs) release(id uint64, r *logReader) {
 }
 
 // remove deletes a finished log. Reads in progress finish on their open
-// handle; later ones get errLogGone.
-func (l *entryLogs) remove(id uint64) error {
+// handle; later ones get errLogGone. With no read in progress the log is
+// deleted gradually (fsutil.Gradual: a 1 GiB log freed at once stalls every
+// fsync, the journal's among them), at once if stop is closed meanwhile.
+func (l *entryLogs) remove(id uint64, stop <-chan struct{}) error {
+	gradual := true
 	l.readersMu.Lock()
 	if r := l.readers[id]; r != nil {
 		delete(l.readers, id)
 		r.removed = true
 		if r.refs == 0 {
 			r.f.Close()
+		} else {
+			gradual = false // its cuts would show in the reads
 		}
 	}
 	l.readersMu.Unlock()
-	if err := l.fs.Remove(l.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	var err error
+	if gradual {
+		var stopped bool
+		if stopped, err = trim.DeleteGradually(l.fs, l.path(id), stop); stopped {
+			err = l.fs.Remove(l.path(id))
+		}
+	} else {
+		err = l.fs.Remove(l.path(id))
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
 }
+
+// trim is how dead logs are deleted (a variable for tests).
+var trim = fsutil.Gradual{}
 
 // fileSize is the size of log id on disk.
 func (l *entryLogs) fileSize(id uint64) (int64, error) {

@@ -5,6 +5,8 @@ import (
 	"os"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 // noSyncFS turns every Sync into a no-op (Options.NoSync): the same code
@@ -49,17 +51,7 @@ func (noSyncFile) SyncTo(int64) (bool, error) { return true, nil }
 
 // syncDir fsyncs a directory so that entries created or removed in it
 // survive a power loss.
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return err
-	}
-	return d.Close()
-}
+func syncDir(fs vfs.FS, dir string) error { return fsutil.SyncDir(fs, dir) }
 
 // mkdirAllSynced creates dir and its missing parents and fsyncs every
 // parent whose entries changed, up to the closest existing ancestor, so

@@ -159,7 +159,7 @@ func (s *Storage) removeLogs(ids []uint64, metas map[uint64]logMeta) error {
 	var freed int64
 	for _, id := range ids {
 		size, _ := s.logs.fileSize(id)
-		if err := s.logs.remove(id); err != nil {
+		if err := s.logs.remove(id, s.closing); err != nil {
 			return fmt.Errorf("storage: gc: remove entry log %d: %w", id, err)
 		}
 		freed += size

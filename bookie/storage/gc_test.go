@@ -2,12 +2,15 @@ package storage
 
 import (
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 // fillAB writes ledger A (1) alone for a while, then A and B (2)
@@ -101,6 +104,38 @@ func TestGC(t *testing.T) {
 	s = openT(t, opts)
 	defer closeT(t, s)
 	check(s)
+}
+
+// On disk, dead logs are deleted gradually (cut a step at a time): the
+// space is reclaimed all the same and live entries stay readable.
+func TestGCOnDisk(t *testing.T) {
+	defer func(g fsutil.Gradual) { trim = g }(trim)
+	trim = fsutil.Gradual{Step: 4 << 10, Pause: 100 * time.Microsecond}
+	opts := gcOptions(vfs.Default)
+	opts.Dir = t.TempDir()
+	s := openT(t, opts)
+	defer closeT(t, s)
+	const size = 1000
+	_, nb := fillAB(t, s, size)
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	logDir := filepath.Join(opts.Dir, "entrylogs")
+	before, logsBefore := dirSize(t, vfs.Default, logDir, logSuffix)
+	if err := del(t, s, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	after, logsAfter := dirSize(t, vfs.Default, logDir, logSuffix)
+	t.Logf("entry logs: %d bytes in %d files before GC, %d in %d after", before, logsBefore, after, logsAfter)
+	if after > before/3 {
+		t.Fatalf("GC left %d of %d bytes", after, before)
+	}
+	for e := int64(0); e < nb; e++ {
+		checkEntry(t, s, 2, e, size)
+	}
 }
 
 // Compaction runs while adds keep coming: none fails, and adds complete
