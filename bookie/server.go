@@ -6,6 +6,7 @@ package bookie
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -175,7 +176,7 @@ type conn struct {
 	pending sync.WaitGroup // requests not yet answered
 
 	mu    sync.Mutex
-	queue [][]byte      // response frames not yet written
+	queue []outFrame    // response frames not yet written
 	wake  chan struct{} // signals the writer (capacity 1)
 	done  bool          // no more responses will be queued
 }
@@ -234,14 +235,59 @@ func (c *conn) readLoop() {
 }
 
 // respond queues a response; it must be called exactly once per request.
+//
+// The payload slices are written as they are, after respond returns: the
+// caller must not modify them (entries read from storage are not). A small
+// response is copied into one buffer; a larger one keeps its parts, and
+// the writer sends large parts (entries) without copying them.
 func (c *conn) respond(h wire.Header, st wire.Status, payload ...[]byte) {
-	parts := append([][]byte{wire.StatusBody(st)}, payload...)
-	frame := wire.AppendFrame(nil, h, parts...)
+	n := 2 // the status
+	for _, p := range payload {
+		n += len(p)
+	}
+	var f outFrame
+	if n <= smallFrame {
+		b := make([]byte, 0, 4+wire.HeaderSize+n)
+		b = wire.AppendFrameHead(b, h, n)
+		b = binary.BigEndian.AppendUint16(b, uint16(st))
+		for _, p := range payload {
+			b = append(b, p...)
+		}
+		f = outFrame{b}
+	} else {
+		head := wire.AppendFrameHead(make([]byte, 0, 4+wire.HeaderSize+2), h, n)
+		f = append(outFrame{binary.BigEndian.AppendUint16(head, uint16(st))}, payload...)
+	}
 	c.mu.Lock()
-	c.queue = append(c.queue, frame)
+	c.queue = append(c.queue, f)
 	c.mu.Unlock()
 	c.signal()
 	c.pending.Done()
+}
+
+// outFrame is a response frame as parts written back to back.
+type outFrame [][]byte
+
+// A response up to smallFrame bytes is copied into one buffer; parts of
+// directWrite bytes or more skip the writer's buffer.
+const (
+	smallFrame  = 4 << 10
+	directWrite = 16 << 10
+)
+
+// entriesPayload is a ReadRange response payload (wire.AppendEntries's
+// layout) as parts that refer to the entries instead of copying them.
+func entriesPayload(entries [][]byte) [][]byte {
+	lens := make([]byte, 4*(1+len(entries)))
+	parts := make([][]byte, 0, 1+2*len(entries))
+	binary.BigEndian.PutUint32(lens, uint32(len(entries)))
+	parts = append(parts, lens[:4:4])
+	for i, e := range entries {
+		l := lens[4*(i+1) : 4*(i+2) : 4*(i+2)]
+		binary.BigEndian.PutUint32(l, uint32(len(e)))
+		parts = append(parts, l, e)
+	}
+	return parts
 }
 
 func (c *conn) signal() {
@@ -322,7 +368,7 @@ func (c *conn) dispatch(h wire.Header, body []byte) {
 				c.fail(h, err)
 				return
 			}
-			c.respond(h, wire.StatusOK, wire.AppendEntries(nil, entries))
+			c.respond(h, wire.StatusOK, entriesPayload(entries)...)
 		}()
 	case wire.OpReadLAC:
 		vs, err := wire.ParseInt64s(body, 1)
@@ -420,12 +466,32 @@ func (c *conn) fence(ledger int64) error {
 	return <-done
 }
 
+// writeFrame writes f's parts through w, the large ones straight to nc
+// after flushing w: one copy fewer of every entry read.
+func writeFrame(w *bufio.Writer, nc net.Conn, f outFrame) error {
+	for _, p := range f {
+		if len(p) < directWrite {
+			if _, err := w.Write(p); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if _, err := nc.Write(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeLoop writes queued responses, one flush per batch. After a write
 // error it keeps discarding responses (returning their slots) so that the
 // reader, if blocked on a slot, wakes up and sees the closed socket.
 func (c *conn) writeLoop() {
+	var batch []outFrame
 	w := bufio.NewWriterSize(c.nc, 64<<10)
-	var batch [][]byte
 	failed := false
 	for {
 		c.mu.Lock()
@@ -444,7 +510,7 @@ func (c *conn) writeLoop() {
 		}
 		for i, frame := range batch {
 			if !failed {
-				if _, err := w.Write(frame); err != nil {
+				if err := writeFrame(w, c.nc, frame); err != nil {
 					failed = true
 					c.nc.Close()
 				}

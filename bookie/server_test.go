@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -364,6 +365,16 @@ func TestReadRange(t *testing.T) {
 			if h, err := entry.Verify(e); err != nil || h.Entry != tc.first+int64(j) {
 				t.Errorf("range %d-%d: entry %d is %+v %v", tc.first, tc.last, j, h, err)
 			}
+		}
+	}
+}
+
+// A ReadRange payload sent as parts is byte for byte wire.AppendEntries's.
+func TestEntriesPayload(t *testing.T) {
+	for _, entries := range [][][]byte{nil, {{}}, {[]byte("a"), bytes.Repeat([]byte("b"), 20000), []byte("cd")}} {
+		got := bytes.Join(entriesPayload(entries), nil)
+		if want := wire.AppendEntries(nil, entries); !bytes.Equal(got, want) {
+			t.Fatalf("entries %d: parts join to %x, want %x", len(entries), got, want)
 		}
 	}
 }

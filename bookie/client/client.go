@@ -263,7 +263,11 @@ func (r reply) Err() error {
 // not yet received), so that no connection goroutine ever blocks on it.
 func (c *Client) request(addr string, op wire.Op, flags uint16, body []byte, timeout time.Duration, tag int, out chan<- reply) {
 	err := c.pool.send(addr, op, flags, body, timeout, func(r response) {
-		out <- reply{tag: tag, addr: addr, status: r.status, body: slices.Clone(r.body), err: r.err}
+		body := r.body
+		if !r.owned {
+			body = slices.Clone(body)
+		}
+		out <- reply{tag: tag, addr: addr, status: r.status, body: body, err: r.err}
 	})
 	if err != nil {
 		out <- reply{tag: tag, addr: addr, err: err}

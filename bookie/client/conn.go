@@ -20,7 +20,8 @@ var errTimeout = errors.New("bookie client: request timed out")
 // response is a bookie's answer to one request, or why there is none.
 type response struct {
 	status wire.Status
-	body   []byte // after the status; valid only during the callback
+	body   []byte // after the status; valid only during the callback, unless owned
+	owned  bool   // body is the callback's to keep (a large frame read into its own buffer)
 	err    error  // transport failure or timeout; status and body are unset
 }
 
@@ -208,7 +209,14 @@ func (c *conn) readLoop(nc net.Conn) {
 	var buf []byte
 	for {
 		h, body, b, err := wire.ReadFrame(r, buf)
-		buf = b
+		// A large frame (entries read) keeps its buffer: the callback
+		// takes the body without copying it. Small ones reuse the buffer.
+		owned := len(b) > ownedFrame
+		if owned {
+			buf = nil
+		} else {
+			buf = b
+		}
 		if err != nil {
 			c.fail(err)
 			return
@@ -226,9 +234,12 @@ func (c *conn) readLoop(nc net.Conn) {
 			c.fail(err)
 			return
 		}
-		cl.cb(response{status: st, body: payload})
+		cl.cb(response{status: st, body: payload, owned: owned})
 	}
 }
+
+// Frames larger than ownedFrame are read into a buffer of their own.
+const ownedFrame = 4 << 10
 
 // pool holds one connection per bookie address, dialed lazily, and a
 // sweeper that times out requests.

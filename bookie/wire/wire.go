@@ -163,18 +163,24 @@ type Header struct {
 
 // AppendFrame appends a frame with header h and the body parts to dst.
 func AppendFrame(dst []byte, h Header, body ...[]byte) []byte {
-	size := HeaderSize
+	n := 0
 	for _, b := range body {
-		size += len(b)
+		n += len(b)
 	}
-	dst = binary.BigEndian.AppendUint32(dst, uint32(size))
-	dst = append(dst, Version, byte(h.Op))
-	dst = binary.BigEndian.AppendUint16(dst, h.Flags)
-	dst = binary.BigEndian.AppendUint64(dst, h.ReqID)
+	dst = AppendFrameHead(dst, h, n)
 	for _, b := range body {
 		dst = append(dst, b...)
 	}
 	return dst
+}
+
+// AppendFrameHead appends the size and header of a frame whose body, of
+// bodyLen bytes, the caller writes after it.
+func AppendFrameHead(dst []byte, h Header, bodyLen int) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(HeaderSize+bodyLen))
+	dst = append(dst, Version, byte(h.Op))
+	dst = binary.BigEndian.AppendUint16(dst, h.Flags)
+	return binary.BigEndian.AppendUint64(dst, h.ReqID)
 }
 
 // ReadFrame reads one frame from r into buf (grown as needed) and returns

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -235,6 +236,12 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 		if len(es) == 0 {
 			break
 		}
+		// One growth for the round instead of doublings by append.
+		need := 0
+		for _, e := range es {
+			need += len(e.Payload)
+		}
+		buf = slices.Grow(buf, need)
 		for _, e := range es {
 			before := len(buf)
 			switch e.Header.Format {

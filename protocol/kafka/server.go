@@ -29,6 +29,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -430,6 +431,11 @@ func (c *conn) writeLoop() {
 		}
 		sl.resp.SetVersion(sl.version)
 		buf = append(buf[:0], 0, 0, 0, 0)
+		if fr, ok := sl.resp.(*kmsg.FetchResponse); ok {
+			// Its record batches are most of it: one growth, not
+			// doublings copying them again and again.
+			buf = slices.Grow(buf, fetchResponseSize(fr))
+		}
 		buf = binary.BigEndian.AppendUint32(buf, uint32(sl.correlation))
 		if sl.resp.IsFlexible() && sl.key != apiVersionsKey {
 			buf = append(buf, 0) // no header tags
@@ -445,10 +451,30 @@ func (c *conn) writeLoop() {
 			c.cancel()
 			c.nc.Close()
 		}
-		if cap(buf) > 1<<20 {
+		if cap(buf) > keptWriteBuffer {
 			buf = nil
 		}
 	}
+}
+
+// keptWriteBuffer bounds the response buffer a connection keeps between
+// responses: one fetch of a few partitions at their default 1 MiB each
+// fits, without holding more per idle connection.
+const keptWriteBuffer = 8 << 20
+
+// fetchResponseSize is an upper estimate of fr's encoded size: its record
+// batches plus a generous allowance for the fields around them.
+func fetchResponseSize(fr *kmsg.FetchResponse) int {
+	n := 64
+	for i := range fr.Topics {
+		t := &fr.Topics[i]
+		n += 64 + len(t.Topic)
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			n += 128 + 32*len(p.AbortedTransactions) + len(p.RecordBatches)
+		}
+	}
+	return n
 }
 
 // requestTimeout bounds the broker work of one request (topic loads,
