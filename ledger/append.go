@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/magnetar-io/magnetar/bookie/entry"
 )
@@ -19,6 +20,7 @@ type pendingAdd struct {
 	data      []byte // header + payload, as stored; shared with the cache once confirmed
 	lacAtSend int64  // the writer's LAC was at least this when the add was sent
 	done      func(Position, int64, error)
+	start     time.Time // of the Append, for Config.AddLatency
 
 	finished bool
 	err      error
@@ -44,6 +46,9 @@ type pendingAdd struct {
 // success is reported only when every earlier append succeeded.
 func (ml *ManagedLedger) Append(payload []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
 	p := &pendingAdd{done: done}
+	if ml.cfg.AddLatency != nil {
+		p.start = time.Now()
+	}
 	ml.mu.Lock()
 	ml.queue = append(ml.queue, p)
 	err := ml.refuseLocked()
@@ -191,6 +196,9 @@ func (ml *ManagedLedger) confirmLocked(p *pendingAdd) {
 		}
 		p.data = nil
 		return
+	}
+	if ml.cfg.AddLatency != nil {
+		ml.cfg.AddLatency.Observe(time.Since(p.start).Seconds())
 	}
 	l, h := p.cur.l, p.h
 	l.entries++

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/magnetar-io/magnetar/meta"
 )
 
@@ -75,6 +77,13 @@ type Config struct {
 	// 1 min), so that time retention expires data without other events.
 	// Negative disables the timer.
 	TrimInterval time.Duration
+
+	// AddLatency, if set, observes the latency of every successful
+	// append, in seconds: from Append to its confirmation (the entry
+	// stored on its ack quorum, every earlier one confirmed); Pulsar's
+	// storage write latency. Exported as
+	// magnetar_ledger_add_entry_latency_seconds.
+	AddLatency prometheus.Observer
 
 	// cursorWriting and cursorWritten, if set, are called before and
 	// after each write of a durable cursor's state, with the state (tests).

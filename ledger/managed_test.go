@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/client"
 )
@@ -637,5 +640,25 @@ func TestAppendFailureStartsNewLedger(t *testing.T) {
 	l := storedListOf(t, env.meta, "t/fail")
 	if !l.Ledgers[0].Closed || l.Ledgers[0].Entries != 10 || l.Ledgers[0].Messages != 20 {
 		t.Fatalf("failed ledger in the list: %+v", l.Ledgers[0])
+	}
+}
+
+// AddLatency observes every successful append once.
+func TestAddLatency(t *testing.T) {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "add_latency_seconds", Buckets: prometheus.DefBuckets})
+	env := newTestCluster(t, 1).factory(func(c *Config) { c.AddLatency = h })
+	ml := env.open(t, "t/ns/persistent/latency")
+	for i := range 5 {
+		mustAppend(t, ml, fmt.Sprint("m", i), 1)
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetHistogram().GetSampleCount(); got != 5 {
+		t.Fatalf("%d latencies observed, want 5", got)
+	}
+	if sum := m.GetHistogram().GetSampleSum(); sum <= 0 {
+		t.Fatalf("latencies sum to %v s", sum)
 	}
 }

@@ -145,6 +145,10 @@ type Options struct {
 	// QueueSize is how many appends may wait for the writer before Append
 	// blocks; default 10,000.
 	QueueSize int
+	// OnSync, if set, is called on the writer goroutine after each group's
+	// successful write and fsync, with how long they took and the group's
+	// records: it must be quick (a metric's Observe).
+	OnSync func(d time.Duration, records int)
 	// Logger gets recovery and failure reports; default slog.Default().
 	Logger *slog.Logger
 }

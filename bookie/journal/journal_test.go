@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -312,5 +314,27 @@ func TestFileNames(t *testing.T) {
 		if _, ok := parseFileName(name); ok {
 			t.Errorf("parseFileName(%q) accepted", name)
 		}
+	}
+}
+
+// OnSync sees every group that was written and synced, with its records.
+func TestOnSync(t *testing.T) {
+	var calls, records atomic.Int64
+	opts := Options{FS: vfs.NewMem(), Dir: memDir, Logger: discardLogger, OnSync: func(d time.Duration, n int) {
+		if d < 0 || n < 1 {
+			t.Errorf("OnSync(%v, %d)", d, n)
+		}
+		calls.Add(1)
+		records.Add(int64(n))
+	}}
+	j, _ := openT(t, opts, Position{})
+	defer j.Close()
+	for i := range 10 {
+		if r := appendWait(t, j, 1, testBody(0, i, 10)); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if calls.Load() < 1 || records.Load() != 10 || calls.Load() != j.syncs.Load() {
+		t.Fatalf("OnSync: %d calls, %d records; want 10 records in %d syncs", calls.Load(), records.Load(), j.syncs.Load())
 	}
 }

@@ -113,9 +113,13 @@ func (j *Journal) commit() {
 			buf = appendRecordCRC(buf, g[i].crc^j.w.salt, g[i].typ, g[i].body)
 		}
 		j.w.buf = buf
+		began := time.Now()
 		if err := j.writeAndSync(buf); err != nil {
 			j.fail(err, start)
 		} else {
+			if j.opts.OnSync != nil {
+				j.opts.OnSync(time.Since(began), len(g))
+			}
 			j.w.size += int64(len(buf))
 			j.groups.Add(1)
 			j.records.Add(int64(len(g)))

@@ -175,9 +175,13 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 	if b.cache, err = ledger.NewCache(ledger.CacheConfig{MaxBytes: cfg.EntryCacheSize, Registerer: reg, Logger: log}); err != nil {
 		return nil, err
 	}
+	lat, err := addLatency(reg)
+	if err != nil {
+		return nil, err
+	}
 	if b.ledgers, err = ledger.NewFactory(ledger.Config{Bookies: ledger.ClientBookies(b.bookies), Meta: store, Cache: b.cache,
 		EnsembleSize: cfg.EnsembleSize, WriteQuorum: cfg.WriteQuorum, AckQuorum: cfg.AckQuorum,
-		Logger: log}); err != nil {
+		AddLatency: lat, Logger: log}); err != nil {
 		return nil, err
 	}
 	kafkaHost, kafkaPort, err := net.SplitHostPort(ls.kafkaAdvertised)

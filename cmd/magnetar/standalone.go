@@ -233,6 +233,10 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 		}
 	}()
 
+	reg := newMetricsRegistry(currentBuild())
+	if cfg.BookieStorage.Journal.OnSync, err = journalSyncLatency(reg); err != nil {
+		return nil, err
+	}
 	s.bookie, err = startBookie(ctx, cfg.BookieListen, "", hostname, cfg.BookieStorage, s.store, log)
 	if err != nil {
 		return nil, err
@@ -259,7 +263,6 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 	}
 	webServiceURL := "http://" + advertisedAddr(httpHost, httpLn.Addr().String())
 	cfg.Broker.ServiceURL = webServiceURL
-	reg := newMetricsRegistry(currentBuild())
 	kafkaLn, err := listen("kafka", cfg.KafkaListen)
 	if err != nil {
 		return nil, err
