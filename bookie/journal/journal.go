@@ -146,9 +146,10 @@ type Options struct {
 	// blocks; default 10,000.
 	QueueSize int
 	// OnSync, if set, is called on the writer goroutine after each group's
-	// successful write and fsync, with how long they took and the group's
-	// records: it must be quick (a metric's Observe).
-	OnSync func(d time.Duration, records int)
+	// successful write and fsync (the write alone with NoSync), with how
+	// long they took and the group's records and bytes: it must be quick
+	// (a metric's Observe).
+	OnSync func(d time.Duration, records, bytes int)
 	// Logger gets recovery and failure reports; default slog.Default().
 	Logger *slog.Logger
 }

@@ -320,7 +320,10 @@ func TestFileNames(t *testing.T) {
 // OnSync sees every group that was written and synced, with its records.
 func TestOnSync(t *testing.T) {
 	var calls, records atomic.Int64
-	opts := Options{FS: vfs.NewMem(), Dir: memDir, Logger: discardLogger, OnSync: func(d time.Duration, n int) {
+	opts := Options{FS: vfs.NewMem(), Dir: memDir, Logger: discardLogger, OnSync: func(d time.Duration, n, bytes int) {
+		if bytes < n*recordHeaderSize {
+			t.Errorf("OnSync: %d bytes for %d records", bytes, n)
+		}
 		if d < 0 || n < 1 {
 			t.Errorf("OnSync(%v, %d)", d, n)
 		}

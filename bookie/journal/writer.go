@@ -118,7 +118,7 @@ func (j *Journal) commit() {
 			j.fail(err, start)
 		} else {
 			if j.opts.OnSync != nil {
-				j.opts.OnSync(time.Since(began), len(g))
+				j.opts.OnSync(time.Since(began), len(g), len(buf))
 			}
 			j.w.size += int64(len(buf))
 			j.groups.Add(1)

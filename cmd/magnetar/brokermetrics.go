@@ -58,11 +58,11 @@ func addLatency(reg prometheus.Registerer) (prometheus.Observer, error) {
 
 // journalSyncLatency returns a journal.Options.OnSync that observes each
 // group commit's write and fsync into a histogram registered with reg.
-func journalSyncLatency(reg prometheus.Registerer) (func(time.Duration, int), error) {
+func journalSyncLatency(reg prometheus.Registerer) (func(time.Duration, int, int), error) {
 	h, err := newLatencyHistogram(reg, syncLatencyMetric,
 		"Latency of the in-process bookie's journal group commits: one write and one fsync of the group.")
 	if err != nil {
 		return nil, err
 	}
-	return func(d time.Duration, _ int) { h.Observe(d.Seconds()) }, nil
+	return func(d time.Duration, _, _ int) { h.Observe(d.Seconds()) }, nil
 }

@@ -335,7 +335,7 @@ type perfCluster struct {
 	store   *local.Store
 	bookies []*bookie.Bookie
 	client  *client.Client
-	journal *journalCounter // every bookie's FS
+	journal *journalCounter // every bookie's journal OnSync
 	dirs    []string        // the bookies' data and journal directories
 }
 
@@ -347,10 +347,10 @@ func startPerfCluster(ctx context.Context, dir, journalRoot string, n int, o sto
 	if err != nil {
 		return nil, err
 	}
-	cl := &perfCluster{store: store, journal: &journalCounter{FS: vfs.Default}}
+	cl := &perfCluster{store: store, journal: &journalCounter{}}
 	for i := range n {
 		bo := o
-		bo.FS = cl.journal
+		bo.Journal.OnSync = cl.journal.onSync
 		bo.Dir = filepath.Join(dir, fmt.Sprintf("bookie%d", i))
 		cl.dirs = append(cl.dirs, bo.Dir)
 		if journalRoot != "" {

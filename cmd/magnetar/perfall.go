@@ -37,6 +37,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/magnetar-io/magnetar/broker"
 )
 
 var perfAllSettings = []setting{
@@ -46,6 +48,7 @@ var perfAllSettings = []setting{
 	{"perf-limits-duration", "3s", "duration", "how long each measurement of the machine's limits runs: fsync'd writes of 64 KiB, of 1 MiB, loopback TCP"},
 	{"perf-all-topics", "1000", "count", "topics of the many-topics load, one Pulsar producer each"},
 	{"perf-all-topics-rate", "5000", "msg/s", "the many-topics load publishes this many messages/s over all its topics"},
+	{"perf-all-partitions", "10000", "count", "partitions of the many-partitions load (the memory goal), one Kafka topic with a record and a committed offset on each"},
 	{"perf-write-doc", "", "file", "write the machine, the date and the results table into this Markdown file, between <!-- make bench: begin --> and <!-- make bench: end --> (appended the first time)"},
 	{"perf-profile-dir", "", "dir", "save profiles of the standalone for each load here: <load>.cpu.pprof, and <load>.allocs-before.pprof and <load>.allocs.pprof (its allocations before and after the load)"},
 }
@@ -74,9 +77,9 @@ func newPerfAllCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "all",
 		Short: "Run the whole benchmark: machine limits, Magnetar standalone under Kafka and Pulsar loads, kfake; one table",
-		Example: `  magnetar perf all                                           # about 5 minutes on 2 cores
+		Example: `  magnetar perf all                                           # about 6 minutes on 2 cores
   magnetar perf all --perf-write-doc docs/BENCHMARKS.md --data-dir /var/tmp
-  magnetar perf all --perf-duration 3s --perf-all-topics 100 --perf-profile-dir bench-profiles`,
+  magnetar perf all --perf-duration 3s --perf-all-topics 100 --perf-all-partitions 1000 --perf-profile-dir bench-profiles`,
 		Long: `Run the whole benchmark of docs/BENCHMARKS.md in one go (make bench).
 
 1. The machine's limits, in a scratch directory under data-dir: sequential
@@ -98,16 +101,25 @@ func newPerfAllCommand(a *app) *cobra.Command {
      closed loop; perf-all-topics topics with one producer each, publishing
      perf-all-topics-rate msg/s in all (and how long creating the producers
      took).
+     Last, the memory of perf-all-partitions open partitions, each with one
+     subscription: a Kafka topic of that many partitions is created, one
+     small record produced to every partition (acks all) and one offset
+     committed on each for one group (a durable cursor). The broker's
+     /metrics must then count that many more topics loaded and
+     subscriptions; 2 s later the standalone's resident memory (VmRSS of
+     /proc/<pid>/status) is read, against its RSS before the load and its
+     peak (VmHWM, reset at the start of the load).
 3. The same Kafka loads against an in-process kfake (franz-go's fake
    cluster: one broker, in memory, no fsync).
 
-Each load runs perf-duration (a consume: until it has read everything); the
-first perf-warmup of a produce or latency load is left out of its figures.
+Each load runs perf-duration (a consume: until it has read everything; the
+partitions: until they are all open); the first perf-warmup of a produce or
+latency load is left out of its figures.
 Progress lines every second, then one table: each figure for Magnetar and
 kfake, Magnetar ÷ kfake, Magnetar ÷ the machine's limit, and the goals of
 issue 10, met or not. MB is 10^6 bytes of payload; latencies in ms run from
 when a message was due (open loop), so a stall counts against every message
-it delays.
+it delays. MiB and KiB (memory) are 2^20 and 2^10 bytes.
 
 perf-write-doc writes the table, the machine and the date into a Markdown
 file between <!-- make bench: begin --> and <!-- make bench: end -->.
@@ -145,6 +157,7 @@ type perfAllConfig struct {
 	LimitsDuration time.Duration
 	Topics         int
 	TopicsRate     float64
+	Partitions     int
 	WriteDoc       string // "" writes no file
 	ProfileDir     string // "" takes no profiles
 	Interval       time.Duration
@@ -187,14 +200,17 @@ func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
 	if cfg.TopicsRate == 0 {
 		return cfg, errors.New("perf-all-topics-rate 0: want a positive rate")
 	}
+	if cfg.Partitions, err = check(sv, s("perf-all-partitions"), parseCount(broker.MaxPartitions)); err != nil {
+		return cfg, err
+	}
 	cfg.Interval = time.Second
 	cfg.Command = strings.Join(os.Args, " ")
 	return cfg, nil
 }
 
 func (cfg perfAllConfig) describe() string {
-	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all",
-		cfg.Duration, cfg.Warmup, benchMessageSize, cfg.LimitsDuration, cfg.Topics, cfg.TopicsRate)
+	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all, %d partitions open",
+		cfg.Duration, cfg.Warmup, benchMessageSize, cfg.LimitsDuration, cfg.Topics, cfg.TopicsRate, cfg.Partitions)
 }
 
 // benchFigures are one system's results, by load (also the loads' profile
@@ -212,6 +228,9 @@ const (
 	// loadTopicsCreate holds the creation of the many-topics load's
 	// producers: Messages producers in Elapsed.
 	loadTopicsCreate = "pulsar-topics-create"
+	// loadPartitions is the many-partitions load, Magnetar's only; its
+	// figures are benchResults.partitions.
+	loadPartitions = "partitions-open"
 )
 
 func loadAt(kind string, rate float64) string { return fmt.Sprintf("%s-%g", kind, rate) }
@@ -221,6 +240,7 @@ type benchResults struct {
 	disk64K, disk1M *syncedWrites
 	loopback        float64 // MB/s
 	magnetar, kfake benchFigures
+	partitions      *partitionsResult // nil if not measured
 }
 
 // runPerfAll runs `magnetar perf all`: results on out, the standalone's
@@ -247,7 +267,7 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout}
 	err = b.measureLimits(ctx, dir, res)
 	if err == nil {
-		err = b.runMagnetar(ctx, exe, filepath.Join(dir, "standalone"), logs, res.magnetar)
+		err = b.runMagnetar(ctx, exe, filepath.Join(dir, "standalone"), logs, res)
 	}
 	if err == nil {
 		err = b.runKFake(ctx, res.kfake)
@@ -386,7 +406,7 @@ func measureLoopback(ctx context.Context, d time.Duration) (float64, error) {
 
 // runMagnetar starts the standalone, runs every load against it (with
 // profiles if asked) and stops it.
-func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io.Writer, figs benchFigures) (err error) {
+func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io.Writer, res *benchResults) (err error) {
 	fmt.Fprintln(b.out, "\n[magnetar] starting magnetar standalone")
 	sa, err := startStandaloneChild(ctx, exe, dataDir, b.cfg.ProfileDir != "", logs)
 	if err != nil {
@@ -408,13 +428,19 @@ func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io
 		prof = &profiler{base: "http://" + sa.ready.Pprof, dir: b.cfg.ProfileDir}
 		fmt.Fprintf(b.out, "profiles of each load into %s\n", b.cfg.ProfileDir)
 	}
-	steps := b.kafkaSteps("magnetar", []string{sa.ready.Kafka}, figs)
+	steps := b.kafkaSteps("magnetar", []string{sa.ready.Kafka}, res.magnetar)
 	client, err := newBenchPulsarClient(b.log, "pulsar://"+sa.ready.Pulsar)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	steps = append(steps, b.pulsarSteps(client, figs)...)
+	steps = append(steps, b.pulsarSteps(client, res.magnetar)...)
+	// Last: the memory it then holds is what the goal is about, after
+	// every other load has had its turn.
+	steps = append(steps, benchStep{loadPartitions, func(ctx context.Context) (err error) {
+		res.partitions, err = b.openPartitions(ctx, sa)
+		return err
+	}})
 	return b.runSteps(ctx, "magnetar", steps, prof)
 }
 
@@ -900,6 +926,288 @@ func every(d time.Duration, f func()) (stop func()) {
 	return func() { close(done); <-stopped }
 }
 
+// --- many partitions: memory ----------------------------------------------------
+
+const (
+	partitionsTopic = "bench-partitions"
+	partitionsGroup = "bench-partitions"
+	// The issue's memory goal: this many partitions, each with one
+	// subscription, open on one standalone within partitionsMaxRSS MiB.
+	partitionsGoal   = 10_000
+	partitionsMaxRSS = 2048
+	// Records are produced partitionsBatch at a time, one wave after the
+	// other, and offsets committed partitionsBatch in one OffsetCommit,
+	// up to partitionsCommitParallel at a time: the broker opens the
+	// partitions of a request one after the other (on 2 cores, about 6 ms
+	// each for the first produce, which loads the partition, and 2 ms for
+	// the first commit, which creates its cursor), and franz-go gives up
+	// on a request after 20 s (produce: ProduceRequestTimeout +
+	// RequestTimeoutOverhead) or 10 s (OffsetCommit:
+	// RequestTimeoutOverhead). 10,000 records at once make one request
+	// that times out, and is sent again, until the broker has loaded every
+	// partition.
+	partitionsBatch          = 500
+	partitionsCommitParallel = 4
+	// partitionsSettle passes between the last commit and the reading of
+	// the RSS, so that what the opening left in flight is done.
+	partitionsSettle = 2 * time.Second
+	// partitionsLoadedTimeout bounds the wait for the broker's metrics to
+	// count the partitions and subscriptions.
+	partitionsLoadedTimeout = 30 * time.Second
+	mib                     = 1 << 20
+)
+
+// partitionsResult is what the many-partitions load measured of the
+// standalone.
+type partitionsResult struct {
+	Partitions int
+	Elapsed    time.Duration // creating the topic, producing to and committing on every partition
+	// VmRSS before the load and after it, and VmHWM over the load: bytes.
+	RSSBefore, RSS, Peak int64
+}
+
+// openPartitions is the many-partitions load against the standalone sa:
+// it opens cfg.Partitions partitions with one subscription each (a Kafka
+// topic with one record produced to and one offset committed on every
+// partition), checks on the broker's metrics that they are all loaded,
+// and reads the standalone's RSS before and after.
+func (b *benchRun) openPartitions(ctx context.Context, sa *standaloneChild) (*partitionsResult, error) {
+	n := b.cfg.Partitions
+	pid := sa.cmd.Process.Pid
+	metrics := "http://" + sa.ready.HTTP + "/metrics"
+	before, err := scrapeOpen(ctx, metrics)
+	if err != nil {
+		return nil, err
+	}
+	if err := resetPeakRSS(pid); err != nil {
+		return nil, err
+	}
+	memBefore, err := readProcMemory(pid)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(b.out, "standalone RSS %.1f MiB, %g topics loaded, %g subscriptions; opening %d partitions: topic %s, a record on each, an offset committed on each by group %s\n",
+		float64(memBefore.RSS)/mib, before.topics, before.subs, n, partitionsTopic, partitionsGroup)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(sa.ready.Kafka),
+		kgo.WithLogger(kgoLogger{b.log.With("component", "kafka-client", "cluster", "magnetar")}),
+		kgo.DefaultProduceTopic(partitionsTopic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	start := time.Now()
+	since := func() float64 { return time.Since(start).Seconds() }
+	// One topic: the broker allows broker.MaxPartitions (65,536) per topic.
+	created, err := adm.CreateTopic(ctx, int32(n), -1, nil, partitionsTopic)
+	if err == nil {
+		err = created.Err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: create with %d partitions: %w", partitionsTopic, n, err)
+	}
+	fmt.Fprintf(b.out, "%8.2fs topic %s created with %d partitions\n", since(), partitionsTopic, n)
+
+	batches := (n + partitionsBatch - 1) / partitionsBatch
+	batch := func(i int) (from, to int) { return i * partitionsBatch, min(n, (i+1)*partitionsBatch) }
+	var produced atomic.Int64
+	stopProgress := every(b.cfg.Interval, func() {
+		fmt.Fprintf(b.out, "%8.2fs %d of %d partitions have their record\n", since(), produced.Load(), n)
+	})
+	err = forEachParallel(ctx, batches, 1, func(i int) error {
+		from, to := batch(i)
+		recs := make([]*kgo.Record, 0, to-from)
+		for p := from; p < to; p++ {
+			recs = append(recs, &kgo.Record{Partition: int32(p), Value: []byte("x")})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("topic %s: produce to partitions %d to %d: %w", partitionsTopic, from, to-1, err)
+		}
+		produced.Add(int64(len(recs)))
+		return nil
+	})
+	stopProgress()
+	if err != nil || ctx.Err() != nil {
+		return nil, err
+	}
+	fmt.Fprintf(b.out, "%8.2fs %d records produced, one per partition\n", since(), n)
+
+	var committed atomic.Int64
+	stopProgress = every(b.cfg.Interval, func() {
+		fmt.Fprintf(b.out, "%8.2fs %d of %d offsets committed\n", since(), committed.Load(), n)
+	})
+	err = forEachParallel(ctx, batches, partitionsCommitParallel, func(i int) error {
+		var offsets kadm.Offsets
+		from, to := batch(i)
+		for p := from; p < to; p++ {
+			offsets.Add(kadm.Offset{Topic: partitionsTopic, Partition: int32(p), At: 1, LeaderEpoch: -1})
+		}
+		resp, err := adm.CommitOffsets(ctx, partitionsGroup, offsets)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("group %s: commit offsets on topic %s: %w", partitionsGroup, partitionsTopic, err)
+		}
+		committed.Add(int64(len(offsets[partitionsTopic])))
+		return nil
+	})
+	stopProgress()
+	if err != nil || ctx.Err() != nil {
+		return nil, err
+	}
+	res := &partitionsResult{Partitions: n, Elapsed: time.Since(start), RSSBefore: memBefore.RSS}
+	fmt.Fprintf(b.out, "%8.2fs %d offsets committed, one per partition\n", since(), n)
+
+	after, err := awaitOpen(ctx, metrics, before, n)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(b.out, "loaded: the broker counts %g more topics and %g more subscriptions than before the load\n",
+		after.topics-before.topics, after.subs-before.subs)
+	select {
+	case <-time.After(partitionsSettle):
+	case <-ctx.Done():
+		return nil, nil
+	}
+	mem, err := readProcMemory(pid)
+	if err != nil {
+		return nil, err
+	}
+	res.RSS, res.Peak = mem.RSS, mem.Peak
+	fmt.Fprintf(b.out, "%d partitions open in %.2fs: standalone RSS %.1f MiB (%.1f MiB before, peak %.1f MiB), %.1f KiB per partition\n",
+		n, res.Elapsed.Seconds(), float64(res.RSS)/mib, float64(res.RSSBefore)/mib, float64(res.Peak)/mib, res.perPartition()/1024)
+	return res, nil
+}
+
+// perPartition is the RSS the load added per partition, bytes.
+func (r *partitionsResult) perPartition() float64 {
+	return float64(r.RSS-r.RSSBefore) / float64(r.Partitions)
+}
+
+// openCounts are what the broker's /metrics count of its loaded topics
+// (magnetar_topics_loaded) and their subscriptions (the sum of
+// magnetar_topic_subscriptions_count over its series, which cover every
+// loaded topic once: by name or added up under topic="_other").
+type openCounts struct{ topics, subs float64 }
+
+// scrapeOpen reads openCounts from the Prometheus text at url.
+func scrapeOpen(ctx context.Context, url string) (openCounts, error) {
+	var c openCounts
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return c, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return c, fmt.Errorf("metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return c, fmt.Errorf("metrics: GET %s: %s", url, resp.Status)
+	}
+	sawTopics := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, _, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ")
+		if name != "magnetar_topics_loaded" && name != "magnetar_topic_subscriptions_count" {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return c, fmt.Errorf("metrics: GET %s: line %q: %w", url, line, err)
+		}
+		if name == "magnetar_topics_loaded" {
+			c.topics, sawTopics = v, true
+		} else {
+			c.subs += v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return c, fmt.Errorf("metrics: GET %s: %w", url, err)
+	}
+	if !sawTopics {
+		return c, fmt.Errorf("metrics: GET %s: no magnetar_topics_loaded", url)
+	}
+	return c, nil
+}
+
+// awaitOpen waits until the broker's metrics at url count at least n
+// more loaded topics and subscriptions than before, and returns them; it
+// gives up after partitionsLoadedTimeout.
+func awaitOpen(ctx context.Context, url string, before openCounts, n int) (openCounts, error) {
+	ctx, cancel := context.WithTimeout(ctx, partitionsLoadedTimeout)
+	defer cancel()
+	retry := time.NewTicker(500 * time.Millisecond)
+	defer retry.Stop()
+	want := float64(n)
+	for {
+		c, err := scrapeOpen(ctx, url)
+		switch {
+		case err == nil && c.topics-before.topics >= want && c.subs-before.subs >= want:
+			return c, nil
+		case err == nil:
+			err = fmt.Errorf("the broker's metrics count %g more topics loaded and %g more subscriptions than before the load, want %d of each",
+				c.topics-before.topics, c.subs-before.subs, n)
+		}
+		select {
+		case <-retry.C:
+		case <-ctx.Done():
+			return c, fmt.Errorf("partitions not all open after %s: %w", partitionsLoadedTimeout, err)
+		}
+	}
+}
+
+// procMemory is a process's resident memory, bytes.
+type procMemory struct {
+	RSS  int64 // VmRSS
+	Peak int64 // VmHWM: the largest RSS since the process started or resetPeakRSS
+}
+
+// readProcMemory reads pid's memory from /proc/<pid>/status (Linux), both
+// figures from one read.
+func readProcMemory(pid int) (procMemory, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	var m procMemory
+	status, err := os.ReadFile(path)
+	if err != nil {
+		return m, fmt.Errorf("the standalone's memory: %w", err)
+	}
+	fields := map[string]*int64{"VmRSS": &m.RSS, "VmHWM": &m.Peak}
+	found := 0
+	for line := range strings.SplitSeq(string(status), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		dst := fields[k]
+		if dst == nil {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return m, fmt.Errorf("the standalone's memory: %s: %q: %w", path, line, err)
+		}
+		*dst = kb << 10
+		found++
+	}
+	if found != len(fields) {
+		return m, fmt.Errorf("the standalone's memory: %s has no VmRSS or no VmHWM", path)
+	}
+	return m, nil
+}
+
+// resetPeakRSS sets pid's VmHWM to its current VmRSS (Linux 4.0 and
+// later), so that the peak read next is that of what follows.
+func resetPeakRSS(pid int) error {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		return fmt.Errorf("the standalone's memory: reset its peak RSS: %w", err)
+	}
+	return nil
+}
+
 // --- end-to-end latency ------------------------------------------------------
 
 // stampedSender sends a copy of each payload with its first 8 bytes set
@@ -1081,7 +1389,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, latencies in ms; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1094,9 +1402,12 @@ type benchRow struct {
 	measure string
 	load    string // key in benchFigures
 	figure  func(*pulsarResult) float64
-	format  string
-	limit   string // key of benchLimits; "" for none
-	goals   []goal // the issue's, for this figure
+	// memory, instead of figure, takes the figure from
+	// benchResults.partitions (load is loadPartitions).
+	memory func(*partitionsResult) float64
+	format string
+	limit  string // key of benchLimits; "" for none
+	goals  []goal // the issue's, for this figure
 }
 
 // A goal is met when the figure's ratio to what it is compared with is at
@@ -1139,13 +1450,14 @@ func benchLimits(res *benchResults) map[string]benchLimit {
 // benchRows are the rows of the results table after the limits.
 func benchRows(cfg perfAllConfig) []benchRow {
 	produceGoals := []goal{{than: "kfake", min: 1, text: "≥ 1.0× kfake"}, {than: "limit", min: 0.5, text: "≥ 0.5× disk"}}
+	consumeGoals := []goal{{than: "kfake", min: 1.2, text: "≥ 1.2× kfake"}}
 	rows := []benchRow{
-		{"Kafka produce, 4 partitions, MB/s", loadProduce4, figMBps, "%.2f", "disk", produceGoals},
-		{"Kafka produce, 4 partitions, records/s", loadProduce4, figRate, "%.0f", "", nil},
-		{"Kafka produce, 1 partition, MB/s", loadProduce1, figMBps, "%.2f", "disk", produceGoals},
-		{"Kafka produce, 1 partition, records/s", loadProduce1, figRate, "%.0f", "", nil},
-		{"Kafka consume cold, MB/s", loadCold, figMBps, "%.2f", "loopback", []goal{{than: "kfake", min: 1.2, text: "≥ 1.2× kfake"}}},
-		{"Kafka consume warm, MB/s", loadWarm, figMBps, "%.2f", "loopback", []goal{{than: "kfake", min: 1.2, text: "≥ 1.2× kfake"}}},
+		{measure: "Kafka produce, 4 partitions, MB/s", load: loadProduce4, figure: figMBps, format: "%.2f", limit: "disk", goals: produceGoals},
+		{measure: "Kafka produce, 4 partitions, records/s", load: loadProduce4, figure: figRate, format: "%.0f"},
+		{measure: "Kafka produce, 1 partition, MB/s", load: loadProduce1, figure: figMBps, format: "%.2f", limit: "disk", goals: produceGoals},
+		{measure: "Kafka produce, 1 partition, records/s", load: loadProduce1, figure: figRate, format: "%.0f"},
+		{measure: "Kafka consume cold, MB/s", load: loadCold, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
+		{measure: "Kafka consume warm, MB/s", load: loadWarm, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
 	}
 	// latency adds the rows of the loads kind-<rate> (e.g. kafka-e2e-5000),
 	// called what in the table.
@@ -1172,13 +1484,30 @@ func benchRows(cfg perfAllConfig) []benchRow {
 	latency("pulsar-publish", "Pulsar publish")
 	latency("pulsar-e2e", "Pulsar end to end")
 	topics := fmt.Sprintf("Pulsar %s topics × 1 producer", thousands(int64(cfg.Topics)))
+	rows = append(rows,
+		benchRow{measure: "Pulsar produce, batching, MB/s", load: loadPulsarBatch, figure: figMBps, format: "%.2f", limit: "disk",
+			goals: []goal{{than: loadProduce1, min: 0.8, text: "≥ 0.8× Kafka 1 partition"}}},
+		benchRow{measure: "Pulsar produce, batching, msg/s", load: loadPulsarBatch, figure: figRate, format: "%.0f"},
+		benchRow{measure: topics + ", creating them, s", load: loadTopicsCreate, figure: figSecs, format: "%.2f"},
+		benchRow{measure: topics + ", msg/s", load: loadTopics, figure: figRate, format: "%.0f"},
+		benchRow{measure: topics + ", p99 ms", load: loadTopics, figure: figQuantile(0.99), format: "%.3f", limit: "fsync"},
+	)
+	// The goal is the issue's count's: met with fewer partitions, it
+	// would say nothing.
+	var rssGoal []goal
+	if cfg.Partitions >= partitionsGoal {
+		rssGoal = []goal{{max: partitionsMaxRSS, text: fmt.Sprintf("≤ %d MiB", partitionsMaxRSS)}}
+	}
+	open := fmt.Sprintf("%s partitions open (1 subscription each)", thousands(int64(cfg.Partitions)))
+	memory := func(measure string, f func(*partitionsResult) float64, format string, goals []goal) benchRow {
+		return benchRow{measure: open + measure, load: loadPartitions, memory: f, format: format, goals: goals}
+	}
 	return append(rows,
-		benchRow{"Pulsar produce, batching, MB/s", loadPulsarBatch, figMBps, "%.2f", "disk",
-			[]goal{{than: loadProduce1, min: 0.8, text: "≥ 0.8× Kafka 1 partition"}}},
-		benchRow{"Pulsar produce, batching, msg/s", loadPulsarBatch, figRate, "%.0f", "", nil},
-		benchRow{topics + ", creating them, s", loadTopicsCreate, figSecs, "%.2f", "", nil},
-		benchRow{topics + ", msg/s", loadTopics, figRate, "%.0f", "", nil},
-		benchRow{topics + ", p99 ms", loadTopics, figQuantile(0.99), "%.3f", "fsync", nil},
+		memory(": RSS, MiB", func(r *partitionsResult) float64 { return float64(r.RSS) / mib }, "%.1f", rssGoal),
+		memory(", RSS before, MiB", func(r *partitionsResult) float64 { return float64(r.RSSBefore) / mib }, "%.1f", nil),
+		memory(", peak RSS (VmHWM), MiB", func(r *partitionsResult) float64 { return float64(r.Peak) / mib }, "%.1f", nil),
+		memory(", opening them, s", func(r *partitionsResult) float64 { return r.Elapsed.Seconds() }, "%.2f", nil),
+		memory(", RSS per partition, KiB", func(r *partitionsResult) float64 { return r.perPartition() / 1024 }, "%.1f", nil),
 	)
 }
 
@@ -1205,7 +1534,7 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 	limits := benchLimits(res)
 	for _, row := range benchRows(cfg) {
 		cells := []string{row.measure, "-", "", "", "", "", ""}
-		m, mok := figure(res.magnetar, row)
+		m, mok := res.magnetarFigure(row)
 		k, kok := figure(res.kfake, row)
 		if mok {
 			cells[1] = fmt.Sprintf(row.format, m)
@@ -1236,10 +1565,21 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 // figure is row's figure in figs, false if its load did not run.
 func figure(figs benchFigures, row benchRow) (float64, bool) {
 	r := figs[row.load]
-	if r == nil {
+	if r == nil || row.figure == nil {
 		return 0, false
 	}
 	return row.figure(r), true
+}
+
+// magnetarFigure is row's figure for Magnetar, false if not measured.
+func (res *benchResults) magnetarFigure(row benchRow) (float64, bool) {
+	if row.memory == nil {
+		return figure(res.magnetar, row)
+	}
+	if res.partitions == nil {
+		return 0, false
+	}
+	return row.memory(res.partitions), true
 }
 
 // verdict says whether g is met by v (row's figure for Magnetar; ok false
@@ -1258,13 +1598,14 @@ func (g goal) verdict(res *benchResults, row benchRow, v float64, ok bool, limit
 		}
 		met = v/limit >= g.min
 	default:
-		figs, cmp := res.magnetar, row
+		var other float64
 		if g.than == "kfake" {
-			figs = res.kfake
+			other, ok = figure(res.kfake, row)
 		} else {
+			cmp := row
 			cmp.load = g.than
+			other, ok = res.magnetarFigure(cmp)
 		}
-		other, ok := figure(figs, cmp)
 		if !ok || other == 0 {
 			return "-"
 		}
@@ -1338,7 +1679,11 @@ closed loop, consume reads the 4-partition topic from the start (cold, then
 warm), publish latency is an open loop at the rate with no linger (timed
 from when each record was due), end to end is from the send time carried in
 the record to its receipt by a consumer tailing the topic. Pulsar loads:
-pulsar-client-go, batching off except "batching". ` + tableNote + ".\n\n")
+pulsar-client-go, batching off except "batching". Last, "partitions open":
+one Kafka topic with that many partitions, one record produced to each and
+one offset committed on each for one group (a durable subscription), all
+counted loaded by the broker's metrics; the standalone's RSS (VmRSS) 2 s
+after the last commit, before the load, and its peak (VmHWM) during it. ` + tableNote + ".\n\n")
 	sb.WriteString(t.markdown())
 	return sb.String()
 }

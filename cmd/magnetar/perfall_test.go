@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +28,7 @@ func runPerfAllBinary(t *testing.T, extra ...string) (int, string, string) {
 	defer cancel()
 	args := append([]string{"perf", "all", "--data-dir", t.TempDir(),
 		"--perf-duration", "300ms", "--perf-warmup", "50ms", "--perf-limits-duration", "100ms",
-		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--log-level", "warn"}, extra...)
+		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--perf-all-partitions", "30", "--log-level", "warn"}, extra...)
 	cmd := exec.CommandContext(ctx, magnetarBinary(t), args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envPrefix) {
@@ -46,12 +51,12 @@ func runPerfAllBinary(t *testing.T, extra ...string) (int, string, string) {
 }
 
 // perfAllMeasures are the first cells of the results table's rows.
-func perfAllMeasures(topics int) []string {
+func perfAllMeasures(topics, partitions int) []string {
 	m := []string{
 		"limit: disk, 64 KiB writes + fdatasync, MB/s", "limit: disk, 1 MiB writes + fdatasync, MB/s",
 		"limit: fsync latency (64 KiB), p50 ms", "limit: fsync latency (64 KiB), p99 ms", "limit: loopback TCP, MB/s",
 	}
-	for _, r := range benchRows(perfAllConfig{Topics: topics}) {
+	for _, r := range benchRows(perfAllConfig{Topics: topics, Partitions: partitions}) {
 		m = append(m, r.measure)
 	}
 	return m
@@ -59,21 +64,23 @@ func perfAllMeasures(topics int) []string {
 
 // checkPerfAllTable checks that out's results table has every row with
 // its figures: Magnetar's everywhere, kfake's and the ratio on Kafka rows,
-// a verdict where there is a goal.
+// a verdict where there is a goal; and that the memory of the 30 open
+// partitions is plausible.
 func checkPerfAllTable(t *testing.T, out string) {
 	t.Helper()
 	_, table, ok := strings.Cut(out, "\nresults: ")
 	if !ok {
 		t.Fatalf("no results table in:\n%s", out)
 	}
-	measures := perfAllMeasures(10)
+	measures := perfAllMeasures(10, 30)
 	// 5 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
 	// and warm, publish and end to end at 2 rates × 3 quantiles; Pulsar:
-	// the same latencies, batched produce (2), 10 topics (3).
-	if len(measures) != 5+6+12+12+2+3 {
-		t.Fatalf("%d rows, want 40: %q", len(measures), measures)
+	// the same latencies, batched produce (2), 10 topics (3); 30
+	// partitions open (5).
+	if len(measures) != 5+6+12+12+2+3+5 {
+		t.Fatalf("%d rows, want 45: %q", len(measures), measures)
 	}
-	num := `[0-9]+(\.[0-9]+)?`
+	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
 		want := `(?m)^` + regexp.QuoteMeta(m) + ` +` + num
 		if strings.HasPrefix(m, "Kafka") {
@@ -87,6 +94,22 @@ func checkPerfAllTable(t *testing.T, out string) {
 		if !regexp.MustCompile(regexp.QuoteMeta(g) + ` +(met|not met)(; (met|not met))?\n`).MatchString(table) {
 			t.Errorf("no goal %q with its verdict in:\n%s", g, table)
 		}
+	}
+	if strings.Contains(table, "≤ 2048 MiB") {
+		t.Errorf("the memory goal (10,000 partitions) is judged with 30:\n%s", table)
+	}
+	mib := func(measure string) float64 {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta("30 partitions open (1 subscription each)"+measure) + ` +([0-9.]+)$`).FindStringSubmatch(table)
+		if m == nil {
+			t.Fatalf("no row %q with its figure alone in:\n%s", measure, table)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	rss, before, peak := mib(": RSS, MiB"), mib(", RSS before, MiB"), mib(", peak RSS (VmHWM), MiB")
+	// A standalone holds tens of MiB at least, far less than 64 GiB.
+	if rss < 10 || before < 10 || rss > 64<<10 || before > 64<<10 || peak < rss {
+		t.Errorf("RSS %g MiB, before %g MiB, peak %g MiB: want 10 MiB to 64 GiB, the peak at least the RSS after", rss, before, peak)
 	}
 }
 
@@ -106,7 +129,9 @@ func TestPerfAll(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s\nstdout:\n%s", code, errOut, out)
 	}
-	for _, w := range []string{"[limits] the machine", "standalone ready: ", "[magnetar 13/13] pulsar-topics",
+	for _, w := range []string{"[limits] the machine", "standalone ready: ", "[magnetar 13/14] pulsar-topics",
+		"[magnetar 14/14] partitions-open", "30 records produced, one per partition", "30 offsets committed, one per partition",
+		"loaded: the broker counts 30 more topics and 30 more subscriptions than before the load",
 		"[kfake 7/7] kafka-e2e-20000", "created 10 producers in ", "wrote the results into " + doc} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
@@ -115,7 +140,7 @@ func TestPerfAll(t *testing.T) {
 	checkPerfAllTable(t, out)
 	for _, load := range []string{loadProduce4, loadProduce1, "kafka-consume", "kafka-publish-5000", "kafka-publish-20000",
 		"kafka-e2e-5000", "kafka-e2e-20000", "pulsar-publish-5000", "pulsar-publish-20000", "pulsar-e2e-5000",
-		"pulsar-e2e-20000", loadPulsarBatch, loadTopics} {
+		"pulsar-e2e-20000", loadPulsarBatch, loadTopics, loadPartitions} {
 		for _, suffix := range []string{".cpu.pprof", ".allocs-before.pprof", ".allocs.pprof"} {
 			if fi, err := os.Stat(filepath.Join(profiles, load+suffix)); err != nil || fi.Size() == 0 {
 				t.Errorf("profile %s%s: %v", load, suffix, err)
@@ -154,7 +179,7 @@ func checkPerfAllDoc(t *testing.T, path, intro string) string {
 			t.Errorf("document lacks %q:\n%s", w, doc)
 		}
 	}
-	for _, m := range perfAllMeasures(10) {
+	for _, m := range perfAllMeasures(10, 30) {
 		if !strings.Contains(doc, "| "+m+" | ") {
 			t.Errorf("document lacks the row %q:\n%s", m, doc)
 		}
@@ -193,12 +218,112 @@ func TestPerfAllUsageErrors(t *testing.T) {
 		{[]string{"--perf-limits-duration", "-1s"}, `invalid perf-limits-duration "-1s"`},
 		{[]string{"--perf-all-topics", "0"}, `invalid perf-all-topics "0"`},
 		{[]string{"--perf-all-topics-rate", "0"}, "perf-all-topics-rate 0: want a positive rate"},
+		{[]string{"--perf-all-partitions", "0"}, `invalid perf-all-partitions "0"`},
+		{[]string{"--perf-all-partitions", "65537"}, `invalid perf-all-partitions "65537"`},
 	} {
 		clearEnv(t)
 		r := run(t, append([]string{"perf", "all"}, tc.args...)...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, r.code, r.stderr, exitUsage, tc.want)
 		}
+	}
+}
+
+// TestPerfAllTablePartitions: the many-partitions rows show Magnetar's
+// figures only, and the memory goal is judged at 10,000 partitions only.
+func TestPerfAllTablePartitions(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		partitions int
+		res        *partitionsResult
+		want       [][]string // the five rows' cells after the measure
+	}{
+		{"not measured", 10_000, nil, [][]string{
+			{"-", "", "", "", "≤ 2048 MiB", "-"}, {"-", "", "", "", "", ""}, {"-", "", "", "", "", ""},
+			{"-", "", "", "", "", ""}, {"-", "", "", "", "", ""}}},
+		{"met", 10_000, &partitionsResult{Partitions: 10_000, Elapsed: 61500 * time.Millisecond,
+			RSSBefore: 500 << 20, RSS: 1500 << 20, Peak: 1600 << 20}, [][]string{
+			{"1500.0", "", "", "", "≤ 2048 MiB", "met"}, {"500.0", "", "", "", "", ""}, {"1600.0", "", "", "", "", ""},
+			{"61.50", "", "", "", "", ""}, {"102.4", "", "", "", "", ""}}},
+		{"not met", 10_000, &partitionsResult{Partitions: 10_000, Elapsed: time.Minute,
+			RSSBefore: 500 << 20, RSS: 2049 << 20, Peak: 2049 << 20}, [][]string{
+			{"2049.0", "", "", "", "≤ 2048 MiB", "not met"}, {"500.0", "", "", "", "", ""}, {"2049.0", "", "", "", "", ""},
+			{"60.00", "", "", "", "", ""}, {"158.6", "", "", "", "", ""}}},
+		{"fewer than the goal's", 1000, &partitionsResult{Partitions: 1000, Elapsed: time.Second,
+			RSSBefore: 500 << 20, RSS: 490 << 20, Peak: 501 << 20}, [][]string{
+			{"490.0", "", "", "", "", ""}, {"500.0", "", "", "", "", ""}, {"501.0", "", "", "", "", ""},
+			{"1.00", "", "", "", "", ""}, {"-10.2", "", "", "", "", ""}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := perfAllConfig{Topics: 10, Partitions: tc.partitions}
+			res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, partitions: tc.res}
+			tab := benchTable(res, cfg)
+			open := thousands(int64(tc.partitions)) + " partitions open (1 subscription each)"
+			measures := []string{open + ": RSS, MiB", open + ", RSS before, MiB", open + ", peak RSS (VmHWM), MiB",
+				open + ", opening them, s", open + ", RSS per partition, KiB"}
+			rows := map[string][]string{}
+			for _, r := range tab.rows {
+				rows[r[0]] = r[1:]
+			}
+			for i, m := range measures {
+				if got := rows[m]; !slices.Equal(got, tc.want[i]) {
+					t.Errorf("row %q: %q, want %q", m, got, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestPerfAllScrapeOpen: the loaded topics and the subscriptions summed over
+// every series, named or "_other"; no magnetar_topics_loaded is an error.
+func TestPerfAllScrapeOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       openCounts
+		err        string
+	}{
+		{"counts", `# HELP magnetar_topics_loaded Topics (and partitions) loaded on this broker.
+# TYPE magnetar_topics_loaded gauge
+magnetar_topics_loaded 10064
+# HELP magnetar_topic_subscriptions_count Subscriptions of the topic.
+# TYPE magnetar_topic_subscriptions_count gauge
+magnetar_topic_subscriptions_count{namespace="public/default",tenant="public",topic="persistent://public/default/a"} 2
+magnetar_topic_subscriptions_count{namespace="public/default",tenant="public",topic="_other"} 1e+04
+magnetar_topic_subscriptions_count_total 7
+magnetar_topic_producers_count{namespace="public/default",tenant="public",topic="_other"} 5
+`, openCounts{topics: 10064, subs: 10002}, ""},
+		{"no topics loaded", "magnetar_topic_subscriptions_count 3\n", openCounts{}, "no magnetar_topics_loaded"},
+		{"bad value", "magnetar_topics_loaded x\n", openCounts{}, `line "magnetar_topics_loaded x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, tc.body) }))
+			defer srv.Close()
+			got, err := scrapeOpen(context.Background(), srv.URL)
+			switch {
+			case tc.err == "" && (err != nil || got != tc.want):
+				t.Errorf("%+v, %v; want %+v", got, err, tc.want)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("error %v, want one with %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// TestPerfAllReadProcMemory reads this process's memory, after resetting its
+// peak.
+func TestPerfAllReadProcMemory(t *testing.T) {
+	if err := resetPeakRSS(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := readProcMemory(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS < 1<<20 || m.Peak < m.RSS {
+		t.Errorf("RSS %d bytes, peak %d: want at least 1 MiB, the peak at least the RSS", m.RSS, m.Peak)
+	}
+	if _, err := readProcMemory(-1); err == nil {
+		t.Error("pid -1: no error")
 	}
 }
 
