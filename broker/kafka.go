@@ -159,6 +159,12 @@ func (b *Broker) KafkaPartition(ctx context.Context, t TopicName, p int32) (*Top
 // one (auto-topic-partitions).
 func (b *Broker) DefaultPartitions() int { return b.cfg.AutoTopicPartitions }
 
+// KafkaPartitionLoaded reports whether partition p of t is loaded here
+// (KafkaPartition would answer it without a load).
+func (b *Broker) KafkaPartitionLoaded(t TopicName, p int32) bool {
+	return p >= 0 && b.readyTopic(t.PartitionName(int(p))) != nil || p == 0 && b.readyTopic(t) != nil
+}
+
 // readyTopic returns t if it is loaded (not loading, not closed).
 func (b *Broker) readyTopic(t TopicName) *Topic {
 	b.mu.Lock()

@@ -58,7 +58,11 @@ func handleOffsetCommit(c *conn, sl *slot, kreq kmsg.Request) {
 		t := kmsg.NewOffsetCommitResponseTopic()
 		t.Topic = rt.Topic
 		name, nameErr := c.s.b.KafkaTopicName(rt.Topic)
-		for _, rp := range rt.Partitions {
+		t.Partitions = make([]kmsg.OffsetCommitResponseTopicPartition, len(rt.Partitions))
+		// Partitions commit in parallel: a group's first commit on each
+		// creates its cursor, a metadata-store write apiece.
+		forEachLimited(len(rt.Partitions), func(i int) {
+			rp := &rt.Partitions[i]
 			p := kmsg.NewOffsetCommitResponseTopicPartition()
 			p.Partition = rp.Partition
 			switch {
@@ -71,8 +75,8 @@ func handleOffsetCommit(c *conn, sl *slot, kreq kmsg.Request) {
 			default:
 				p.ErrorCode = c.s.commit(ctx, req.Group, name, rp.Partition, rp.Offset, strOr(rp.Metadata))
 			}
-			t.Partitions = append(t.Partitions, p)
-		}
+			t.Partitions[i] = p
+		})
 		resp.Topics = append(resp.Topics, t)
 	}
 	sl.finish(resp)

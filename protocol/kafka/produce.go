@@ -42,6 +42,9 @@ func handleProduce(c *conn, sl *slot, kreq kmsg.Request) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
+	if req.TransactionID == nil {
+		c.s.loadPartitions(ctx, produceTargets(req))
+	}
 	var wg sync.WaitGroup
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i, rt := range req.Topics {
@@ -73,6 +76,17 @@ func handleProduce(c *conn, sl *slot, kreq kmsg.Request) {
 }
 
 func strPtr(s string) *string { return &s }
+
+// produceTargets lists the partitions a Produce request writes to.
+func produceTargets(req *kmsg.ProduceRequest) []topicPartition {
+	var tps []topicPartition
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			tps = append(tps, topicPartition{rt.Topic, rp.Partition})
+		}
+	}
+	return tps
+}
 
 // produce appends one partition's records and fills p when done (wg).
 func (s *Server) produce(ctx context.Context, c *conn, version int16, topic string, rp kmsg.ProduceRequestTopicPartition,

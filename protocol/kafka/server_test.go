@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -510,5 +511,70 @@ func TestMetadataAutoCreatesAndReportsPartitions(t *testing.T) {
 	}
 	if !names["three"] || !names["auto"] || len(names) != 2 {
 		t.Fatalf("all topics: %v, want three and auto", names)
+	}
+}
+
+// A request naming many partitions not loaded yet loads them in parallel;
+// a request pipelined behind it is still appended after it, and a commit
+// on every partition in one request stores every offset.
+func TestManyNewPartitionsInOneRequest(t *testing.T) {
+	const n = 40
+	s := startServer(t, nil)
+	c := s.dial(t)
+	createTopic(t, c, "many", n)
+	req := produceReq(9, -1, "many", 0, plainBatch("first"))
+	for p := int32(1); p < n; p++ {
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = p, plainBatch(fmt.Sprint("p", p))
+		req.Topics[0].Partitions = append(req.Topics[0].Partitions, rp)
+	}
+	first := c.send(req)
+	second := c.send(produceReq(9, -1, "many", 0, plainBatch("second")))
+	var r1, r2 kmsg.ProduceResponse
+	r1.Version, r2.Version = 9, 9
+	if got := c.read(&r1); got != first {
+		t.Fatalf("response to %d first, want %d", got, first)
+	}
+	if got := c.read(&r2); got != second {
+		t.Fatalf("response to %d second, want %d", got, second)
+	}
+	for _, p := range r1.Topics[0].Partitions {
+		if p.ErrorCode != 0 || p.BaseOffset != 0 {
+			t.Fatalf("partition %d: error %d, base offset %d; want 0, 0", p.Partition, p.ErrorCode, p.BaseOffset)
+		}
+	}
+	if p := r2.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.BaseOffset != 1 {
+		t.Fatalf("pipelined produce: error %d, base offset %d; want 0, 1 (after the first request)", p.ErrorCode, p.BaseOffset)
+	}
+
+	commit := kmsg.NewPtrOffsetCommitRequest()
+	commit.Version, commit.Group, commit.Generation = 8, "many-group", -1
+	ct := kmsg.NewOffsetCommitRequestTopic()
+	ct.Topic = "many"
+	for p := int32(0); p < n; p++ {
+		cp := kmsg.NewOffsetCommitRequestTopicPartition()
+		cp.Partition, cp.Offset = p, int64(p%2)+1
+		ct.Partitions = append(ct.Partitions, cp)
+	}
+	commit.Topics = append(commit.Topics, ct)
+	cr := roundTrip[*kmsg.OffsetCommitResponse](c, commit)
+	for i, p := range cr.Topics[0].Partitions {
+		if p.Partition != int32(i) || p.ErrorCode != 0 {
+			t.Fatalf("commit answer %d: partition %d, error %d", i, p.Partition, p.ErrorCode)
+		}
+	}
+	fetch := kmsg.NewPtrOffsetFetchRequest()
+	fetch.Version, fetch.Group = 7, "many-group"
+	ft := kmsg.NewOffsetFetchRequestTopic()
+	ft.Topic = "many"
+	for p := int32(0); p < n; p++ {
+		ft.Partitions = append(ft.Partitions, p)
+	}
+	fetch.Topics = append(fetch.Topics, ft)
+	fr := roundTrip[*kmsg.OffsetFetchResponse](c, fetch)
+	for _, p := range fr.Topics[0].Partitions {
+		if want := int64(p.Partition%2) + 1; p.ErrorCode != 0 || p.Offset != want {
+			t.Fatalf("partition %d: committed offset %d (error %d), want %d", p.Partition, p.Offset, p.ErrorCode, want)
+		}
 	}
 }
