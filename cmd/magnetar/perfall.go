@@ -241,6 +241,15 @@ type benchResults struct {
 	loopback        float64 // MB/s
 	magnetar, kfake benchFigures
 	partitions      *partitionsResult // nil if not measured
+	// broker holds, by latency load, the standalone's own latency
+	// histograms over the load (scraped from /metrics before and after).
+	broker map[string]brokerLatency
+}
+
+// brokerLatency is the broker's share of a latency load: its managed-ledger
+// add and journal sync latency histograms over the load, warm-up included.
+type brokerLatency struct {
+	add, sync histDelta
 }
 
 // runPerfAll runs `magnetar perf all`: results on out, the standalone's
@@ -441,7 +450,139 @@ func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io
 		res.partitions, err = b.openPartitions(ctx, sa)
 		return err
 	}})
+	observeBroker(steps, "http://"+sa.ready.HTTP+"/metrics", res)
 	return b.runSteps(ctx, "magnetar", steps, prof)
+}
+
+// observeBroker makes the publish latency steps among steps record the
+// broker's latency histograms (magnetar_ledger_add_entry_latency_seconds,
+// magnetar_bookie_journal_sync_latency_seconds) over their run into
+// res.broker, scraping metrics before and after.
+func observeBroker(steps []benchStep, metrics string, res *benchResults) {
+	res.broker = map[string]brokerLatency{}
+	for i, st := range steps {
+		if !strings.Contains(st.name, "-publish-") {
+			continue
+		}
+		run := st.run
+		steps[i].run = func(ctx context.Context) error {
+			before, err := scrapeHists(ctx, metrics)
+			if err != nil {
+				return err
+			}
+			if err := run(ctx); err != nil {
+				return err
+			}
+			after, err := scrapeHists(ctx, metrics)
+			if err != nil {
+				return err
+			}
+			res.broker[st.name] = brokerLatency{
+				add:  after[addLatencyMetric].minus(before[addLatencyMetric]),
+				sync: after[syncLatencyMetric].minus(before[syncLatencyMetric]),
+			}
+			return nil
+		}
+	}
+}
+
+// histDelta is a Prometheus histogram's cumulative bucket counts (upper
+// bounds le ascending, +Inf last), or the difference of two scrapes.
+type histDelta struct {
+	le     []float64
+	counts []float64
+}
+
+// minus is h's counts less earlier's (same buckets; none if earlier is
+// empty).
+func (h histDelta) minus(earlier histDelta) histDelta {
+	if len(earlier.counts) != len(h.counts) {
+		return h
+	}
+	d := histDelta{le: h.le, counts: make([]float64, len(h.counts))}
+	for i := range h.counts {
+		d.counts[i] = h.counts[i] - earlier.counts[i]
+	}
+	return d
+}
+
+// quantile estimates the q-quantile in ms by linear interpolation within
+// its bucket (as Prometheus's histogram_quantile does); false with no
+// observations. In the +Inf bucket it answers the last finite bound.
+func (h histDelta) quantile(q float64) (float64, bool) {
+	n := len(h.counts)
+	if n == 0 || h.counts[n-1] <= 0 {
+		return 0, false
+	}
+	rank := q * h.counts[n-1]
+	lo, below := 0.0, 0.0
+	for i, c := range h.counts {
+		if c >= rank {
+			if math.IsInf(h.le[i], 1) {
+				return lo * 1000, true
+			}
+			frac := 0.0
+			if c > below {
+				frac = (rank - below) / (c - below)
+			}
+			return (lo + (h.le[i]-lo)*frac) * 1000, true
+		}
+		lo, below = h.le[i], c
+	}
+	return lo * 1000, true
+}
+
+// scrapeHists reads the histograms' buckets from a Prometheus text page,
+// by metric name.
+func scrapeHists(ctx context.Context, url string) (map[string]histDelta, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics: GET %s: %s", url, resp.Status)
+	}
+	return parseHists(resp.Body)
+}
+
+// parseHists reads every "<name>_bucket{le=\"…\"} <count>" line of a
+// Prometheus text page.
+func parseHists(r io.Reader) (map[string]histDelta, error) {
+	hs := map[string]histDelta{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "_bucket{")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		_, rest, ok = strings.Cut(rest, `le="`)
+		if !ok {
+			continue
+		}
+		leText, rest, ok := strings.Cut(rest, `"`)
+		if !ok {
+			continue
+		}
+		le, err := strconv.ParseFloat(leText, 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: line %q: %w", line, err)
+		}
+		count, err := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndexByte(rest, ' ')+1:]), 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: line %q: %w", line, err)
+		}
+		h := hs[name]
+		h.le, h.counts = append(h.le, le), append(h.counts, count)
+		hs[name] = h
+	}
+	return hs, sc.Err()
 }
 
 // runKFake runs the Kafka loads against an in-process kfake cluster.
@@ -1389,7 +1530,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1405,6 +1546,9 @@ type benchRow struct {
 	// memory, instead of figure, takes the figure from
 	// benchResults.partitions (load is loadPartitions).
 	memory func(*partitionsResult) float64
+	// broker, instead of figure, takes the figure from
+	// benchResults.broker[load] (false: nothing observed).
+	broker func(brokerLatency) (float64, bool)
 	format string
 	limit  string // key of benchLimits; "" for none
 	goals  []goal // the issue's, for this figure
@@ -1477,6 +1621,17 @@ func benchRows(cfg perfAllConfig) []benchRow {
 				}
 				rows = append(rows, row)
 			}
+			if !strings.HasSuffix(kind, "-publish") {
+				continue
+			}
+			// The broker's share, from its own histograms.
+			load := loadAt(kind, r.rate)
+			at := fmt.Sprintf("%s at %s/s", what, thousands(int64(r.rate)))
+			rows = append(rows,
+				benchRow{measure: at + ", broker: managed-ledger add p99 ms", load: load, format: "%.3f", limit: "fsync",
+					broker: func(bl brokerLatency) (float64, bool) { return bl.add.quantile(0.99) }},
+				benchRow{measure: at + ", broker: journal sync p99 ms", load: load, format: "%.3f", limit: "fsync",
+					broker: func(bl brokerLatency) (float64, bool) { return bl.sync.quantile(0.99) }})
 		}
 	}
 	latency("kafka-publish", "Kafka publish")
@@ -1573,6 +1728,13 @@ func figure(figs benchFigures, row benchRow) (float64, bool) {
 
 // magnetarFigure is row's figure for Magnetar, false if not measured.
 func (res *benchResults) magnetarFigure(row benchRow) (float64, bool) {
+	if row.broker != nil {
+		bl, ok := res.broker[row.load]
+		if !ok {
+			return 0, false
+		}
+		return row.broker(bl)
+	}
 	if row.memory == nil {
 		return figure(res.magnetar, row)
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -74,16 +76,17 @@ func checkPerfAllTable(t *testing.T, out string) {
 	}
 	measures := perfAllMeasures(10, 30)
 	// 5 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
-	// and warm, publish and end to end at 2 rates × 3 quantiles; Pulsar:
-	// the same latencies, batched produce (2), 10 topics (3); 30
-	// partitions open (5).
-	if len(measures) != 5+6+12+12+2+3+5 {
-		t.Fatalf("%d rows, want 45: %q", len(measures), measures)
+	// and warm, publish and end to end at 2 rates × 3 quantiles, the
+	// broker's share of publish at 2 rates × 2; Pulsar: the same
+	// latencies, batched produce (2), 10 topics (3); 30 partitions open
+	// (5).
+	if len(measures) != 5+6+12+4+12+4+2+3+5 {
+		t.Fatalf("%d rows, want 53: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
 		want := `(?m)^` + regexp.QuoteMeta(m) + ` +` + num
-		if strings.HasPrefix(m, "Kafka") {
+		if strings.HasPrefix(m, "Kafka") && !strings.Contains(m, "broker:") {
 			want += ` +` + num + ` +` + num // kfake, ÷ kfake
 		}
 		if !regexp.MustCompile(want).MatchString(table) {
@@ -385,5 +388,46 @@ func TestRunE2E(t *testing.T) {
 				t.Errorf("%d messages, latency max %s: want about 600, timed from their send\n%s", res.Messages, res.Latency.Max(), out.String())
 			}
 		})
+	}
+}
+
+// The broker's latency histograms: parsed from a metrics page, subtracted,
+// and their quantiles interpolated within buckets.
+func TestPerfAllBrokerHistograms(t *testing.T) {
+	page := func(counts ...int) string {
+		les := []string{"0.001", "0.002", "0.004", "+Inf"}
+		var b strings.Builder
+		b.WriteString("# HELP x_latency_seconds help\n# TYPE x_latency_seconds histogram\n")
+		for i, le := range les {
+			fmt.Fprintf(&b, "x_latency_seconds_bucket{le=%q} %d\n", le, counts[i])
+		}
+		fmt.Fprintf(&b, "x_latency_seconds_sum 1\nx_latency_seconds_count %d\nother_metric 3\n", counts[len(counts)-1])
+		return b.String()
+	}
+	before, err := parseHists(strings.NewReader(page(10, 10, 10, 10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseHists(strings.NewReader(page(60, 110, 110, 110)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after["x_latency_seconds"].minus(before["x_latency_seconds"])
+	// 100 new observations: 50 up to 1 ms, 50 from 1 to 2 ms.
+	for _, tc := range []struct{ q, want float64 }{{0.25, 0.5}, {0.5, 1}, {0.75, 1.5}, {0.99, 1.98}} {
+		if got, ok := d.quantile(tc.q); !ok || math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("p%g = %v, %v; want %v ms", tc.q*100, got, ok, tc.want)
+		}
+	}
+	if _, ok := before["x_latency_seconds"].minus(before["x_latency_seconds"]).quantile(0.99); ok {
+		t.Error("a quantile of no observations")
+	}
+	// All in +Inf: the last finite bound.
+	inf, _ := parseHists(strings.NewReader(page(0, 0, 0, 5)))
+	if got, ok := inf["x_latency_seconds"].quantile(0.99); !ok || got != 4 {
+		t.Errorf("p99 in +Inf = %v, %v; want 4 ms", got, ok)
+	}
+	if _, err := parseHists(strings.NewReader("x_bucket{le=\"a\"} 1\n")); err == nil {
+		t.Error("a bad bound parsed")
 	}
 }
