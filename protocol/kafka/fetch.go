@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -241,7 +240,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 		for _, e := range es {
 			need += len(e.Payload)
 		}
-		buf = slices.Grow(buf, need)
+		buf = growRecordBuf(buf, need)
 		for _, e := range es {
 			before := len(buf)
 			switch e.Header.Format {

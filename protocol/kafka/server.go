@@ -441,6 +441,9 @@ func (c *conn) writeLoop() {
 			buf = append(buf, 0) // no header tags
 		}
 		buf = sl.resp.AppendTo(buf)
+		if fr, ok := sl.resp.(*kmsg.FetchResponse); ok {
+			releaseFetch(fr) // encoded: its record buffers are free
+		}
 		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 		if len(c.queue) == 0 {
 			c.nc.SetWriteDeadline(time.Now().Add(time.Minute))
