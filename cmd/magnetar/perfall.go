@@ -1694,7 +1694,7 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 		if mok {
 			cells[1] = fmt.Sprintf(row.format, m)
 		}
-		if strings.HasPrefix(row.load, "kafka-") {
+		if strings.HasPrefix(row.load, "kafka-") && row.broker == nil { // kfake has no broker histograms
 			cells[2] = "-"
 			if kok {
 				cells[2] = fmt.Sprintf(row.format, k)
