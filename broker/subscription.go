@@ -935,23 +935,31 @@ func (s *Subscription) idle() bool {
 }
 
 // waitEntries waits for new entries or a kick; false if closed.
+//
+// The goroutine watching for a kick is gone before it returns: otherwise
+// it could take a kick meant for the dispatcher's next wait (a consumer's
+// FLOW right after a seek) once the wait had ended for new entries, and
+// the dispatcher would sleep with permits to fill. A kick it took is acted
+// on: the dispatcher looks again after any return.
 func (s *Subscription) waitEntries() bool {
 	wctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
-	kicked := make(chan struct{})
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
 		select {
 		case <-s.kick:
-			close(kicked)
 			cancel()
 		case <-wctx.Done():
 		}
 	}()
 	err := s.cursor.WaitNewEntries(wctx)
+	interrupted := wctx.Err() != nil // a kick, or the subscription closing
+	cancel()
+	<-watched
 	if s.ctx.Err() != nil {
 		return false
 	}
-	if err != nil && wctx.Err() == nil {
+	if err != nil && !interrupted {
 		if errors.Is(err, ledger.ErrCursorClosed) || errors.Is(err, ledger.ErrClosed) {
 			return false
 		}
