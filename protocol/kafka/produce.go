@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -45,7 +46,17 @@ func handleProduce(c *conn, sl *slot, kreq kmsg.Request) {
 	if req.TransactionID == nil {
 		c.s.loadPartitions(ctx, produceTargets(req))
 	}
-	var wg sync.WaitGroup
+	// The last append to complete answers (or this handler, if none is
+	// pending by then): no goroutine waits for them.
+	wg := &pending{fn: func() {
+		cancel()
+		if req.Acks == 0 {
+			sl.finish(nil)
+			return
+		}
+		sl.finish(resp)
+	}}
+	wg.Add(1) // the handler's own, until every append is made
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i, rt := range req.Topics {
 		t := &resp.Topics[i]
@@ -61,18 +72,25 @@ func handleProduce(c *conn, sl *slot, kreq kmsg.Request) {
 				p.ErrorMessage = strPtr("transactions are not supported yet")
 				continue
 			}
-			c.s.produce(ctx, c, req.Version, rt.Topic, rp, p, &wg)
+			c.s.produce(ctx, c, req.Version, rt.Topic, rp, p, wg)
 		}
 	}
-	go func() {
-		wg.Wait()
-		cancel()
-		if req.Acks == 0 {
-			sl.finish(nil)
-			return
-		}
-		sl.finish(resp)
-	}()
+	wg.Done()
+}
+
+// pending counts operations under way and calls fn when the count drops
+// to zero, on the goroutine that dropped it.
+type pending struct {
+	n  atomic.Int64
+	fn func()
+}
+
+func (p *pending) Add(n int) { p.n.Add(int64(n)) }
+
+func (p *pending) Done() {
+	if p.n.Add(-1) == 0 {
+		p.fn()
+	}
 }
 
 func strPtr(s string) *string { return &s }
@@ -90,7 +108,7 @@ func produceTargets(req *kmsg.ProduceRequest) []topicPartition {
 
 // produce appends one partition's records and fills p when done (wg).
 func (s *Server) produce(ctx context.Context, c *conn, version int16, topic string, rp kmsg.ProduceRequestTopicPartition,
-	p *kmsg.ProduceResponseTopicPartition, wg *sync.WaitGroup) {
+	p *kmsg.ProduceResponseTopicPartition, wg *pending) {
 	fail := func(code int16, err error) {
 		p.ErrorCode = code
 		p.ErrorMessage = errMessage(err)
