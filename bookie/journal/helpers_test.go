@@ -164,13 +164,19 @@ func testType(g, seq int) byte { return byte(1 + (g*13+seq)%255) }
 // journalFiles lists the journal file numbers in dir.
 func journalFiles(t testing.TB, fs vfs.FS, dir string) []uint64 {
 	t.Helper()
+	return numbersOf(t, fs, dir, parseFileName)
+}
+
+// numbersOf lists, ascending, the numbers parse finds in the names of dir.
+func numbersOf(t testing.TB, fs vfs.FS, dir string, parse func(string) (uint64, bool)) []uint64 {
+	t.Helper()
 	names, err := fs.List(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var nums []uint64
 	for _, n := range names {
-		if num, ok := parseFileName(n); ok {
+		if num, ok := parse(n); ok {
 			nums = append(nums, num)
 		}
 	}

@@ -535,9 +535,9 @@ func (j *Journal) takeFree() (num uint64, ok bool) {
 	return num, true
 }
 
-// trim is how free files beyond RecycledFiles are deleted (a variable for
-// tests).
-var trim = fsutil.Gradual{}
+// freeDeletion is how free files beyond RecycledFiles are deleted (a
+// variable for tests).
+var freeDeletion = fsutil.Gradual{}
 
 // trimmer deletes the free files beyond RecycledFiles, oldest first, until
 // Close. A deletion Close interrupts leaves the file free, shorter: the next
@@ -576,7 +576,7 @@ func (j *Journal) trimmer() {
 // returns false if Close interrupted it. Failures are logged: the file is
 // only garbage, and the next Open tries again.
 func (j *Journal) deleteGradually(path string) bool {
-	stopped, err := trim.DeleteGradually(j.fs, path, j.stopTrim)
+	stopped, err := freeDeletion.DeleteGradually(j.fs, path, j.stopTrim)
 	switch {
 	case stopped:
 		return false

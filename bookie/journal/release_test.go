@@ -85,18 +85,7 @@ func TestRotationAndRelease(t *testing.T) {
 // freeFiles lists the numbers of the free files in dir, ascending.
 func freeFiles(t testing.TB, dir string) []uint64 {
 	t.Helper()
-	names, err := vfs.Default.List(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nums []uint64
-	for _, name := range names {
-		if num, ok := parseFreeName(name); ok {
-			nums = append(nums, num)
-		}
-	}
-	slices.Sort(nums)
-	return nums
+	return numbersOf(t, vfs.Default, dir, parseFreeName)
 }
 
 func inode(t testing.TB, path string) uint64 {
@@ -113,8 +102,8 @@ func inode(t testing.TB, path string) uint64 {
 // restart nor a crash replays anything of a reused file's old records.
 func TestReuseOfReleasedFiles(t *testing.T) {
 	// Deletions go in steps, here of a quarter of a file.
-	defer func(g fsutil.Gradual) { trim = g }(trim)
-	trim = fsutil.Gradual{Step: 256}
+	defer func(g fsutil.Gradual) { freeDeletion = g }(freeDeletion)
+	freeDeletion = fsutil.Gradual{Step: 256}
 	dir := t.TempDir() + "/journal"
 	logger, lb := newLogger()
 	opts := Options{Dir: dir, MaxFileSize: 1010, Logger: logger}

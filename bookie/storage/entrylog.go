@@ -489,7 +489,7 @@ func (l *entryLogs) remove(id uint64, stop <-chan struct{}) error {
 	var err error
 	if gradual {
 		var stopped bool
-		if stopped, err = trim.DeleteGradually(l.fs, l.path(id), stop); stopped {
+		if stopped, err = logDeletion.DeleteGradually(l.fs, l.path(id), stop); stopped {
 			err = l.fs.Remove(l.path(id))
 		}
 	} else {
@@ -501,8 +501,8 @@ func (l *entryLogs) remove(id uint64, stop <-chan struct{}) error {
 	return nil
 }
 
-// trim is how dead logs are deleted (a variable for tests).
-var trim = fsutil.Gradual{}
+// logDeletion is how dead logs are deleted (a variable for tests).
+var logDeletion = fsutil.Gradual{}
 
 // fileSize is the size of log id on disk.
 func (l *entryLogs) fileSize(id uint64) (int64, error) {

@@ -109,8 +109,8 @@ func TestGC(t *testing.T) {
 // On disk, dead logs are deleted gradually (cut a step at a time): the
 // space is reclaimed all the same and live entries stay readable.
 func TestGCOnDisk(t *testing.T) {
-	defer func(g fsutil.Gradual) { trim = g }(trim)
-	trim = fsutil.Gradual{Step: 4 << 10, Pause: 100 * time.Microsecond}
+	defer func(g fsutil.Gradual) { logDeletion = g }(logDeletion)
+	logDeletion = fsutil.Gradual{Step: 4 << 10, Pause: 100 * time.Microsecond}
 	opts := gcOptions(vfs.Default)
 	opts.Dir = t.TempDir()
 	s := openT(t, opts)

@@ -535,19 +535,12 @@ func (h histDelta) quantile(q float64) (float64, bool) {
 // scrapeHists reads the histograms' buckets from a Prometheus text page,
 // by metric name.
 func scrapeHists(ctx context.Context, url string) (map[string]histDelta, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := getOK(ctx, "metrics", url)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("metrics: GET %s: %s", url, resp.Status)
-	}
-	return parseHists(resp.Body)
+	defer body.Close()
+	return parseHists(body)
 }
 
 // parseHists reads every "<name>_bucket{le=\"…\"} <count>" line of a
@@ -807,28 +800,39 @@ func (p *profiler) allocs(ctx context.Context, file string) error {
 
 // fetchTo GETs url into the file path.
 func fetchTo(ctx context.Context, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := getOK(ctx, "profile", url)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("profile: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("profile: GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
-	}
+	defer body.Close()
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("profile: %w", err)
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	if _, err := io.Copy(f, body); err != nil {
 		f.Close()
 		return fmt.Errorf("profile: GET %s: %w", url, err)
 	}
 	return f.Close()
+}
+
+// getOK GETs url and returns the body of a 200 answer, which the caller
+// closes; errors start with what ("profile", "metrics").
+func getOK(ctx context.Context, what, url string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: GET %s: %s: %s", what, url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return resp.Body, nil
 }
 
 // --- the loads -------------------------------------------------------------------
@@ -1237,20 +1241,13 @@ type openCounts struct{ topics, subs float64 }
 // scrapeOpen reads openCounts from the Prometheus text at url.
 func scrapeOpen(ctx context.Context, url string) (openCounts, error) {
 	var c openCounts
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := getOK(ctx, "metrics", url)
 	if err != nil {
 		return c, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return c, fmt.Errorf("metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return c, fmt.Errorf("metrics: GET %s: %s", url, resp.Status)
-	}
+	defer body.Close()
 	sawTopics := false
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()

@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"sync"
+
+	"github.com/magnetar-io/magnetar/broker"
 )
 
 // loadParallel bounds the partitions one request loads, or commits on, at
@@ -27,20 +29,22 @@ func (s *Server) loadPartitions(ctx context.Context, tps []topicPartition) {
 	if len(tps) < 2 {
 		return
 	}
-	var todo []topicPartition
+	type load struct {
+		name      broker.TopicName
+		partition int32
+	}
+	var todo []load
 	for _, tp := range tps {
 		name, err := s.b.KafkaTopicName(tp.topic)
 		if err == nil && !s.b.KafkaPartitionLoaded(name, tp.partition) {
-			todo = append(todo, tp)
+			todo = append(todo, load{name, tp.partition})
 		}
 	}
 	if len(todo) < 2 {
 		return
 	}
 	forEachLimited(len(todo), func(i int) {
-		if name, err := s.b.KafkaTopicName(todo[i].topic); err == nil {
-			_, _ = s.b.KafkaPartition(ctx, name, todo[i].partition)
-		}
+		_, _ = s.b.KafkaPartition(ctx, todo[i].name, todo[i].partition)
 	})
 }
 

@@ -431,7 +431,8 @@ func (c *conn) writeLoop() {
 		}
 		sl.resp.SetVersion(sl.version)
 		buf = append(buf[:0], 0, 0, 0, 0)
-		if fr, ok := sl.resp.(*kmsg.FetchResponse); ok {
+		fr, isFetch := sl.resp.(*kmsg.FetchResponse)
+		if isFetch {
 			// Its record batches are most of it: one growth, not
 			// doublings copying them again and again.
 			buf = slices.Grow(buf, fetchResponseSize(fr))
@@ -441,7 +442,7 @@ func (c *conn) writeLoop() {
 			buf = append(buf, 0) // no header tags
 		}
 		buf = sl.resp.AppendTo(buf)
-		if fr, ok := sl.resp.(*kmsg.FetchResponse); ok {
+		if isFetch {
 			releaseFetch(fr) // encoded: its record buffers are free
 		}
 		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
