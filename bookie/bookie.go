@@ -125,15 +125,9 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 // ID returns the bookie's id (its address).
 func (b *Bookie) ID() string { return b.cfg.ID }
 
-// ServeAlso serves the bookie protocol on another listener too (an
-// in-process one: bookie/memnet) until Shutdown.
-func (b *Bookie) ServeAlso(ln net.Listener) {
-	go func() {
-		if err := b.server.Serve(ln); err != nil {
-			b.log.Warn("serving on an extra listener stopped", "listener", ln.Addr().String(), "err", err)
-		}
-	}()
-}
+// Local returns the bookie's server for calls from the same process
+// (bookie/client's Config.Local).
+func (b *Bookie) Local() *Server { return b.server }
 
 // Storage returns the bookie's ledger storage (for in-process tools).
 func (b *Bookie) Storage() *storage.Storage { return b.storage }

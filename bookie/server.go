@@ -65,7 +65,9 @@ type Server struct {
 	lns      map[net.Listener]struct{}
 	conns    map[*conn]struct{}
 	closing  bool
-	inflight sync.WaitGroup // connections
+	inflight sync.WaitGroup // connections, and local calls not yet answered
+
+	localReads chan struct{} // local reads in flight (Call)
 }
 
 // NewServer checks cfg and returns a server.
@@ -90,8 +92,48 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		lns: make(map[net.Listener]struct{}), conns: make(map[*conn]struct{})}, nil
+		lns: make(map[net.Listener]struct{}), conns: make(map[*conn]struct{}),
+		localReads: make(chan struct{}, cfg.MaxReadsInFlight)}, nil
 }
+
+// Call serves one request from a client in the same process (the
+// standalone's broker: bookie/client's Config.Local), without the wire's
+// framing, copies and connection goroutines: an add is handed to storage
+// as it is and answered from storage's callback. body must not change
+// until done is called; an add's entry is kept by storage until then.
+//
+// done is called exactly once, with the status and the response body
+// after it as parts (the wire's layout, as a frame would carry it): on
+// the goroutine that answers — storage's for adds, fences and deletes, a
+// read's own — or before Call returns when the answer is immediate (a
+// refusal, a LAC). It must not block. The parts are the callee's to keep.
+// After Shutdown starts, calls are answered StatusShuttingDown; Shutdown
+// waits for the calls in flight.
+func (s *Server) Call(op wire.Op, flags uint16, body []byte, done func(st wire.Status, payload [][]byte)) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		done(wire.StatusShuttingDown, nil)
+		return
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	s.dispatch(localPeer{s: s, done: done}, wire.Header{Op: op, Flags: flags}, body, true)
+}
+
+// localPeer answers a Call.
+type localPeer struct {
+	s    *Server
+	done func(wire.Status, [][]byte)
+}
+
+func (p localPeer) respond(_ wire.Header, st wire.Status, payload ...[]byte) {
+	p.done(st, payload)
+	p.s.inflight.Done()
+}
+
+func (p localPeer) logger() *slog.Logger            { return p.s.log }
+func (p localPeer) readSlot() (chan struct{}, bool) { return p.s.localReads, false }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after
 // Shutdown, or the accept error.
@@ -230,7 +272,7 @@ func (c *conn) readLoop() {
 		}
 		c.slots <- struct{}{}
 		c.pending.Add(1)
-		c.dispatch(h, body)
+		c.s.dispatch(c, h, body, false)
 	}
 }
 
@@ -297,7 +339,26 @@ func (c *conn) signal() {
 	}
 }
 
-func (c *conn) fail(h wire.Header, err error) {
+// peer is where a request came from and its answer goes: a connection,
+// or a local caller (Call).
+type peer interface {
+	// respond answers the request; exactly once per request. The payload
+	// slices must not be modified afterwards.
+	respond(h wire.Header, st wire.Status, payload ...[]byte)
+	logger() *slog.Logger
+	// readSlot takes a slot for a read before it starts; release returns
+	// it. block says whether to wait for one before dispatch returns (a
+	// connection's reader: backpressure) or on the read's goroutine (a
+	// local caller, who must not be blocked: its callbacks may need what
+	// it holds).
+	readSlot() (slots chan struct{}, block bool)
+}
+
+func (c *conn) logger() *slog.Logger            { return c.log }
+func (c *conn) readSlot() (chan struct{}, bool) { return c.reads, true }
+
+// fail answers h with the status for err.
+func (s *Server) fail(p peer, h wire.Header, err error) {
 	var st wire.Status
 	switch {
 	case errors.Is(err, entry.ErrChecksum):
@@ -305,131 +366,146 @@ func (c *conn) fail(h wire.Header, err error) {
 	case errors.Is(err, entry.ErrMalformed):
 		st = wire.StatusMalformed
 	default:
-		st = c.s.cfg.StatusOf(err)
+		st = s.cfg.StatusOf(err)
 	}
 	if st == wire.StatusInternal {
-		c.log.Error("request failed", "op", h.Op.String(), "err", err)
+		p.logger().Error("request failed", "op", h.Op.String(), "err", err)
 	}
-	c.respond(h, st)
+	p.respond(h, st)
 }
 
-// dispatch handles one request. body is only valid until it returns.
-func (c *conn) dispatch(h wire.Header, body []byte) {
-	st := c.s.cfg.Storage
+// goRead runs a read on its own goroutine, within p's read slots.
+func goRead(p peer, read func()) {
+	slots, block := p.readSlot()
+	if block {
+		slots <- struct{}{}
+	}
+	go func() {
+		if !block {
+			slots <- struct{}{}
+		}
+		defer func() { <-slots }()
+		read()
+	}()
+}
+
+// dispatch handles one request from p. body is only valid until dispatch
+// returns, unless kept (the caller will not change it until answered).
+func (s *Server) dispatch(p peer, h wire.Header, body []byte, kept bool) {
+	st := s.cfg.Storage
 	switch h.Op {
 	case wire.OpAdd:
-		e := append([]byte(nil), body...) // kept by storage until done
+		e := body
+		if !kept {
+			e = append([]byte(nil), body...) // kept by storage until done
+		}
 		eh, err := entry.Verify(e)
 		if err != nil {
-			c.fail(h, err)
+			s.fail(p, h, err)
 			return
 		}
 		st.AddEntry(e, h.Flags&wire.FlagRecovery != 0, func(err error) {
 			if err != nil {
-				c.fail(h, err)
+				s.fail(p, h, err)
 				return
 			}
-			c.respond(h, wire.StatusOK, wire.LedgerEntry(eh.Ledger, eh.Entry))
+			p.respond(h, wire.StatusOK, wire.LedgerEntry(eh.Ledger, eh.Entry))
 		})
 	case wire.OpRead:
 		vs, err := wire.ParseInt64s(body, 2)
 		if err != nil {
-			c.respond(h, wire.StatusMalformed)
+			p.respond(h, wire.StatusMalformed)
 			return
 		}
 		fence := h.Flags&wire.FlagFence != 0
-		c.reads <- struct{}{}
-		go func() {
-			defer func() { <-c.reads }()
+		goRead(p, func() {
 			if fence {
-				if err := c.fence(vs[0]); err != nil {
-					c.fail(h, err)
+				if err := s.fence(vs[0]); err != nil {
+					s.fail(p, h, err)
 					return
 				}
 			}
 			e, err := st.ReadEntry(vs[0], vs[1])
 			if err != nil {
-				c.fail(h, err)
+				s.fail(p, h, err)
 				return
 			}
-			c.respond(h, wire.StatusOK, e)
-		}()
+			p.respond(h, wire.StatusOK, e)
+		})
 	case wire.OpReadRange:
 		ledger, first, last, maxBytes, err := wire.ParseReadRange(body)
 		if err != nil || last < first {
-			c.respond(h, wire.StatusMalformed)
+			p.respond(h, wire.StatusMalformed)
 			return
 		}
-		c.reads <- struct{}{}
-		go func() {
-			defer func() { <-c.reads }()
-			entries, err := readRange(st, c.s.cfg.StatusOf, ledger, first, last, int(min(maxBytes, wire.MaxFrameSize-HeaderRoom)))
+		goRead(p, func() {
+			entries, err := readRange(st, s.cfg.StatusOf, ledger, first, last, int(min(maxBytes, wire.MaxFrameSize-HeaderRoom)))
 			if err != nil {
-				c.fail(h, err)
+				s.fail(p, h, err)
 				return
 			}
-			c.respond(h, wire.StatusOK, entriesPayload(entries)...)
-		}()
+			p.respond(h, wire.StatusOK, entriesPayload(entries)...)
+		})
 	case wire.OpReadLAC:
 		vs, err := wire.ParseInt64s(body, 1)
 		if err != nil {
-			c.respond(h, wire.StatusMalformed)
+			p.respond(h, wire.StatusMalformed)
 			return
 		}
 		if h.Flags&wire.FlagFence != 0 {
 			st.Fence(vs[0], func(lac, last int64, err error) {
 				if err != nil {
-					c.fail(h, err)
+					s.fail(p, h, err)
 					return
 				}
-				c.respond(h, wire.StatusOK, wire.Int64s(lac, last))
+				p.respond(h, wire.StatusOK, wire.Int64s(lac, last))
 			})
 			return
 		}
 		lac, last, err := st.LastAddConfirmed(vs[0])
 		if err != nil {
-			c.fail(h, err)
+			s.fail(p, h, err)
 			return
 		}
-		c.respond(h, wire.StatusOK, wire.Int64s(lac, last))
+		p.respond(h, wire.StatusOK, wire.Int64s(lac, last))
 	case wire.OpWaitLAC:
 		ledger, after, ms, err := wire.ParseWaitLAC(body)
 		if err != nil {
-			c.respond(h, wire.StatusMalformed)
+			p.respond(h, wire.StatusMalformed)
 			return
 		}
-		timeout := min(time.Duration(ms)*time.Millisecond, c.s.cfg.MaxWaitLAC)
+		timeout := min(time.Duration(ms)*time.Millisecond, s.cfg.MaxWaitLAC)
 		go func() {
-			ctx, cancel := context.WithTimeout(c.s.ctx, timeout)
+			ctx, cancel := context.WithTimeout(s.ctx, timeout)
 			defer cancel()
 			lac, err := st.WaitLAC(ctx, ledger, after)
 			switch {
 			case err == nil:
-				c.respond(h, wire.StatusOK, wire.Int64s(lac))
+				p.respond(h, wire.StatusOK, wire.Int64s(lac))
 			case errors.Is(err, context.DeadlineExceeded):
-				c.respond(h, wire.StatusTimeout)
+				p.respond(h, wire.StatusTimeout)
 			case errors.Is(err, context.Canceled):
-				c.respond(h, wire.StatusShuttingDown)
+				p.respond(h, wire.StatusShuttingDown)
 			default:
-				c.fail(h, err)
+				s.fail(p, h, err)
 			}
 		}()
 	case wire.OpDelete:
 		vs, err := wire.ParseInt64s(body, 1)
 		if err != nil {
-			c.respond(h, wire.StatusMalformed)
+			p.respond(h, wire.StatusMalformed)
 			return
 		}
 		st.Delete(vs[0], func(err error) {
 			if err != nil {
-				c.fail(h, err)
+				s.fail(p, h, err)
 				return
 			}
-			c.respond(h, wire.StatusOK)
+			p.respond(h, wire.StatusOK)
 		})
 	default:
-		c.log.Warn("unknown op from client", "op", h.Op.String())
-		c.respond(h, wire.StatusUnknownOp)
+		p.logger().Warn("unknown op from client", "op", h.Op.String())
+		p.respond(h, wire.StatusUnknownOp)
 	}
 }
 
@@ -460,9 +536,9 @@ func readRange(st Storage, statusOf func(error) wire.Status, ledger, first, last
 }
 
 // fence fences a ledger synchronously (for fencing reads).
-func (c *conn) fence(ledger int64) error {
+func (s *Server) fence(ledger int64) error {
 	done := make(chan error, 1)
-	c.s.cfg.Storage.Fence(ledger, func(_, _ int64, err error) { done <- err })
+	s.cfg.Storage.Fence(ledger, func(_, _ int64, err error) { done <- err })
 	return <-done
 }
 

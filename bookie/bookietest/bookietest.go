@@ -110,6 +110,10 @@ func (b *Bookie) Stop() {
 	})
 }
 
+// Server is the bookie's server, for in-process calls (bookie/client's
+// Config.Local).
+func (b *Bookie) Server() *bookie.Server { return b.server }
+
 // Deregister removes the bookie from /bookies/available.
 func (b *Bookie) Deregister(store meta.Store) error {
 	return store.Delete(context.Background(), meta.Join(meta.BookiesAvailableRoot, b.Addr), meta.AnyVersion)

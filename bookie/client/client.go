@@ -50,9 +50,20 @@ type Config struct {
 	// ReadTimeout bounds reads, LAC queries, fencing and deletes on each
 	// bookie. Default 10 s.
 	ReadTimeout time.Duration
-	// Dial connects to a bookie's address. Default: TCP. (Standalone
-	// reaches its in-process bookie through bookie/memnet.)
+	// Dial connects to a bookie's address. Default: TCP.
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
+	// Local, if set, returns the bookie at addr when it runs in this
+	// process (the standalone's), or nil: requests to it are calls, not
+	// frames on a socket.
+	Local func(addr string) Local
+}
+
+// Local is a bookie in the client's process (bookie.Server's Call): it
+// answers each request by calling done exactly once, possibly before Call
+// returns, with the status and the response body after it as parts (the
+// parts are the client's to keep). body does not change until then.
+type Local interface {
+	Call(op wire.Op, flags uint16, body []byte, done func(st wire.Status, payload [][]byte))
 }
 
 // Client creates, writes, opens, recovers and deletes ledgers.
@@ -100,7 +111,7 @@ func New(cfg Config) (*Client, error) {
 	sweep = max(min(sweep, 500*time.Millisecond), 5*time.Millisecond)
 	log := cfg.Logger.With("component", "bookie-client")
 	return &Client{cfg: cfg, log: log, meta: cfg.Meta, ids: ids,
-		pool: newPool(cfg.DialTimeout, sweep, cfg.Dial, log), writers: make(map[*Writer]struct{})}, nil
+		pool: newPool(cfg.DialTimeout, sweep, cfg.Dial, cfg.Local, log), writers: make(map[*Writer]struct{})}, nil
 }
 
 // Close closes the connections to bookies. Pending and later adds of this

@@ -17,6 +17,7 @@ import (
 	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/entry"
 	"github.com/magnetar-io/magnetar/bookie/storage"
+	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/meta"
 	"github.com/magnetar-io/magnetar/meta/local"
 )
@@ -89,6 +90,44 @@ type cluster struct {
 	// onDisk puts storage in a temporary directory (without fsync) rather
 	// than in memory; benchmarks use it to keep the heap small.
 	onDisk bool
+	// local: clients call the bookies in-process (Config.Local) instead
+	// of connecting over TCP.
+	local      bool
+	localCalls atomic.Int64
+}
+
+// countingLocal counts the calls a local client makes.
+type countingLocal struct {
+	Local
+	n *atomic.Int64
+}
+
+func (l countingLocal) Call(op wire.Op, flags uint16, body []byte, done func(wire.Status, [][]byte)) {
+	l.n.Add(1)
+	l.Local.Call(op, flags, body, done)
+}
+
+// forTransports runs test with clients that reach the bookies over TCP,
+// then with clients that call them in-process (Config.Local, as the
+// standalone's broker does).
+func forTransports(t *testing.T, test func(t *testing.T, local bool)) {
+	t.Run("tcp", func(t *testing.T) { test(t, false) })
+	t.Run("local", func(t *testing.T) { test(t, true) })
+}
+
+// newClusterOver is newCluster whose clients call the bookies in-process
+// when local is set.
+func newClusterOver(t testing.TB, n int, local bool) *cluster {
+	cl := newCluster(t, n)
+	cl.local = local
+	if local {
+		t.Cleanup(func() {
+			if cl.localCalls.Load() == 0 {
+				t.Error("no request went to a bookie in-process")
+			}
+		})
+	}
+	return cl
 }
 
 func newCluster(t testing.TB, n int) *cluster {
@@ -173,6 +212,16 @@ func (cl *cluster) client(tweak ...func(*Config)) *Client {
 	}
 	cfg := Config{Meta: s, Logger: testLogger(), DialTimeout: time.Second,
 		AddTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second}
+	if cl.local {
+		cfg.Local = func(addr string) Local {
+			for _, b := range cl.bookies {
+				if b.addr == addr {
+					return countingLocal{b.Server(), &cl.localCalls}
+				}
+			}
+			return nil
+		}
+	}
 	for _, f := range tweak {
 		f(&cfg)
 	}

@@ -65,11 +65,13 @@ func putFrameHeader(dst *[4 + wire.HeaderSize]byte, h wire.Header, n int) {
 // call fails at once and the conn is never used again (the pool dials a new
 // one on next use). Callbacks run on the reader goroutine, on the pool's
 // sweeper (timeouts) or on the goroutine that broke the connection; never
-// inside send.
+// inside send. To a bookie in this process (local), there is no socket:
+// send calls it, and an answering goroutine takes the reader's place.
 type conn struct {
 	addr        string
 	dialTimeout time.Duration
 	dial        dialFunc
+	local       Local // the bookie is in this process: call it, no socket
 	log         *slog.Logger
 
 	broken atomic.Bool   // set with err
@@ -80,14 +82,19 @@ type conn struct {
 	nextID  uint64
 	pending map[uint64]call
 	queue   []outFrame
+	answers []localAnswer // local: answers not yet completed
 	err     error         // why the connection is broken
-	wake    chan struct{} // signals the writer (capacity 1)
+	wake    chan struct{} // signals the writer, or local's answerLoop (capacity 1)
 }
 
-func newConn(addr string, dialTimeout time.Duration, dial dialFunc, log *slog.Logger) *conn {
-	c := &conn{addr: addr, dialTimeout: dialTimeout, dial: dial, log: log.With("bookie", addr),
+func newConn(addr string, dialTimeout time.Duration, dial dialFunc, local Local, log *slog.Logger) *conn {
+	c := &conn{addr: addr, dialTimeout: dialTimeout, dial: dial, local: local, log: log.With("bookie", addr),
 		done: make(chan struct{}), pending: make(map[uint64]call), wake: make(chan struct{}, 1)}
-	go c.writeLoop()
+	if local == nil {
+		go c.writeLoop()
+	} else {
+		go c.answerLoop()
+	}
 	return c
 }
 
@@ -105,6 +112,11 @@ func (c *conn) send(op wire.Op, flags uint16, body []byte, timeout time.Duration
 	c.nextID++
 	id := c.nextID
 	c.pending[id] = call{op: op, deadline: deadline, cb: cb}
+	if c.local != nil {
+		c.mu.Unlock()
+		c.callLocal(id, op, flags, body)
+		return nil
+	}
 	c.queue = append(c.queue, outFrame{body: body})
 	putFrameHeader(&c.queue[len(c.queue)-1].hdr, wire.Header{Op: op, Flags: flags, ReqID: id}, len(body))
 	c.mu.Unlock()
@@ -127,6 +139,7 @@ func (c *conn) fail(err error) {
 	calls := c.pending
 	c.pending = nil
 	c.queue = nil
+	c.answers = nil
 	nc := c.nc
 	c.mu.Unlock()
 	close(c.done)
@@ -238,6 +251,86 @@ func (c *conn) readLoop(nc net.Conn) {
 	}
 }
 
+// answer completes the call id with r, unless it timed out or failed
+// already.
+func (c *conn) answer(id uint64, r response) {
+	c.mu.Lock()
+	cl, ok := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if ok {
+		cl.cb(r)
+	}
+}
+
+// callLocal hands request id to the in-process bookie. Its answer is
+// queued for the conn's answering goroutine (answerLoop), which runs the
+// callback, as a TCP conn's reader would: never inside send, and never on
+// the bookie's storage goroutines. A callback may wait for a lock its
+// sender holds while that sender waits in Call for room in the bookie's
+// journal, which waits for storage's callbacks: run there, it would close
+// the circle.
+func (c *conn) callLocal(id uint64, op wire.Op, flags uint16, body []byte) {
+	c.local.Call(op, flags, body, func(st wire.Status, payload [][]byte) {
+		r := localResponse(st, payload)
+		c.mu.Lock()
+		c.answers = append(c.answers, localAnswer{id, r})
+		c.mu.Unlock()
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// answerLoop completes the answers of an in-process bookie, in the order
+// given, until the conn fails.
+func (c *conn) answerLoop() {
+	var batch []localAnswer
+	for {
+		c.mu.Lock()
+		batch, c.answers = c.answers, batch[:0]
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			select {
+			case <-c.wake:
+				continue
+			case <-c.done:
+				return
+			}
+		}
+		for i := range batch {
+			c.answer(batch[i].id, batch[i].r)
+			batch[i] = localAnswer{}
+		}
+	}
+}
+
+type localAnswer struct {
+	id uint64
+	r  response
+}
+
+// localResponse makes a Local answer a response: its body is the payload
+// (in one piece), the callback's to keep.
+func localResponse(st wire.Status, payload [][]byte) response {
+	switch len(payload) {
+	case 0:
+		return response{status: st, owned: true}
+	case 1:
+		return response{status: st, body: payload[0], owned: true}
+	}
+	n := 0
+	for _, p := range payload {
+		n += len(p)
+	}
+	body := make([]byte, 0, n)
+	for _, p := range payload {
+		body = append(body, p...)
+	}
+	return response{status: st, body: body, owned: true}
+}
+
 // Frames larger than ownedFrame are read into a buffer of their own.
 const ownedFrame = 4 << 10
 
@@ -246,6 +339,7 @@ const ownedFrame = 4 << 10
 type pool struct {
 	dialTimeout time.Duration
 	dial        dialFunc
+	local       func(addr string) Local // nil, or nil for addr: dial
 	log         *slog.Logger
 	stop        chan struct{}
 	swept       sync.WaitGroup
@@ -262,11 +356,11 @@ func dialTCP(addr string, timeout time.Duration) (net.Conn, error) {
 	return net.DialTimeout("tcp", addr, timeout)
 }
 
-func newPool(dialTimeout, sweepEvery time.Duration, dial dialFunc, log *slog.Logger) *pool {
+func newPool(dialTimeout, sweepEvery time.Duration, dial dialFunc, local func(string) Local, log *slog.Logger) *pool {
 	if dial == nil {
 		dial = dialTCP
 	}
-	p := &pool{dialTimeout: dialTimeout, dial: dial, log: log, stop: make(chan struct{}), conns: make(map[string]*conn)}
+	p := &pool{dialTimeout: dialTimeout, dial: dial, local: local, log: log, stop: make(chan struct{}), conns: make(map[string]*conn)}
 	p.swept.Add(1)
 	go p.sweep(sweepEvery)
 	return p
@@ -282,7 +376,11 @@ func (p *pool) get(addr string) (*conn, error) {
 	}
 	c := p.conns[addr]
 	if c == nil || c.broken.Load() {
-		c = newConn(addr, p.dialTimeout, p.dial, p.log)
+		var local Local
+		if p.local != nil {
+			local = p.local(addr)
+		}
+		c = newConn(addr, p.dialTimeout, p.dial, local, p.log)
 		p.conns[addr] = c
 	}
 	return c, nil

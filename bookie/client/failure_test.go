@@ -25,7 +25,9 @@ func ensembleBookie(cl *cluster, w *Writer, i int) *testBookie {
 // silently holding adds until AddTimeout): the writer replaces it by the
 // spare and goes on. Every add succeeds, in order, the metadata has two
 // ensembles, and everything reads back.
-func TestEnsembleChange(t *testing.T) {
+func TestEnsembleChange(t *testing.T) { forTransports(t, testEnsembleChange) }
+
+func testEnsembleChange(t *testing.T, local bool) {
 	for _, tc := range []struct {
 		name string
 		fail func(cl *cluster, b *testBookie)
@@ -40,7 +42,7 @@ func TestEnsembleChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t)
-			cl := newCluster(t, 4) // three for the ensemble, one spare
+			cl := newClusterOver(t, 4, local) // three for the ensemble, one spare
 			c := cl.client(func(cfg *Config) { cfg.AddTimeout = 300 * time.Millisecond })
 			w, err := c.CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
 			if err != nil {
@@ -138,12 +140,14 @@ func TestEnsembleChangeWithoutSpare(t *testing.T) {
 // The writer "crashes" (is abandoned with adds in flight). Recovery by
 // another client closes the ledger with every acknowledged entry, the old
 // writer is fenced: its next add and its Close fail with ErrFenced.
-func TestRecoveryAfterWriterCrash(t *testing.T) {
+func TestRecoveryAfterWriterCrash(t *testing.T) { forTransports(t, testRecoveryAfterWriterCrash) }
+
+func testRecoveryAfterWriterCrash(t *testing.T, local bool) {
 	for _, q := range []struct{ e, qw, qa int }{{3, 2, 2}, {3, 3, 2}, {5, 3, 2}, {1, 1, 1}} {
 		t.Run(fmt.Sprintf("%d-%d-%d", q.e, q.qw, q.qa), func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t)
-			cl := newCluster(t, q.e)
+			cl := newClusterOver(t, q.e, local)
 			w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: q.e, WriteQuorum: q.qw, AckQuorum: q.qa})
 			if err != nil {
 				t.Fatal(err)

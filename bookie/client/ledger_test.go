@@ -14,12 +14,14 @@ import (
 	"github.com/magnetar-io/magnetar/meta"
 )
 
-func TestRoundTrip(t *testing.T) {
+func TestRoundTrip(t *testing.T) { forTransports(t, testRoundTrip) }
+
+func testRoundTrip(t *testing.T, local bool) {
 	for _, q := range []struct{ e, qw, qa int }{{1, 1, 1}, {3, 3, 2}, {3, 2, 2}, {5, 3, 2}} {
 		t.Run(fmt.Sprintf("%d-%d-%d", q.e, q.qw, q.qa), func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t)
-			cl := newCluster(t, q.e)
+			cl := newClusterOver(t, q.e, local)
 			c := cl.client()
 			w, err := c.CreateLedger(ctx, LedgerOptions{EnsembleSize: q.e, WriteQuorum: q.qw, AckQuorum: q.qa,
 				Custom: map[string]string{"topic": "t1"}})
@@ -142,9 +144,11 @@ func TestConcurrentAppendOrder(t *testing.T) {
 
 // A reader of an open ledger learns the LAC the writer piggybacks on its
 // entries, reads up to it, and no further.
-func TestReaderFollowsOpenLedger(t *testing.T) {
+func TestReaderFollowsOpenLedger(t *testing.T) { forTransports(t, testReaderFollowsOpenLedger) }
+
+func testReaderFollowsOpenLedger(t *testing.T, local bool) {
 	ctx := testCtx(t)
-	cl := newCluster(t, 3)
+	cl := newClusterOver(t, 3, local)
 	w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -186,9 +190,11 @@ func TestReaderFollowsOpenLedger(t *testing.T) {
 	checkEntries(t, ctx, r, "lac", 9)
 }
 
-func TestWaitLAC(t *testing.T) {
+func TestWaitLAC(t *testing.T) { forTransports(t, testWaitLAC) }
+
+func testWaitLAC(t *testing.T, local bool) {
 	ctx := testCtx(t)
-	cl := newCluster(t, 3)
+	cl := newClusterOver(t, 3, local)
 	w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +273,9 @@ func TestLedgerOptionsValidated(t *testing.T) {
 	}
 }
 
-func TestChecksumCorruption(t *testing.T) {
+func TestChecksumCorruption(t *testing.T) { forTransports(t, testChecksumCorruption) }
+
+func testChecksumCorruption(t *testing.T, local bool) {
 	for _, tc := range []struct {
 		name    string
 		corrupt int // bookies serving damaged bytes
@@ -278,7 +286,7 @@ func TestChecksumCorruption(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			cl := newCluster(t, 3)
+			cl := newClusterOver(t, 3, local)
 			c := cl.client()
 			w, err := c.CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 3})
 			if err != nil {
@@ -314,9 +322,11 @@ func TestChecksumCorruption(t *testing.T) {
 	}
 }
 
-func TestDeleteLedger(t *testing.T) {
+func TestDeleteLedger(t *testing.T) { forTransports(t, testDeleteLedger) }
+
+func testDeleteLedger(t *testing.T, local bool) {
 	ctx := testCtx(t)
-	cl := newCluster(t, 4)
+	cl := newClusterOver(t, 4, local)
 	c := cl.client()
 	w, err := c.CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
 	if err != nil {

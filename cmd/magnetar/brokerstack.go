@@ -153,8 +153,9 @@ type brokerStack struct {
 type brokerListeners struct {
 	pulsar, kafka                     net.Listener
 	pulsarAdvertised, kafkaAdvertised string
-	// bookieDial connects to bookies (nil: TCP).
-	bookieDial func(addr string, timeout time.Duration) (net.Conn, error)
+	// localBookie returns the bookie at addr when it is in this process
+	// (the standalone's), else nil; nil: every bookie over TCP.
+	localBookie func(addr string) client.Local
 }
 
 // startBroker starts a broker over store, serving Pulsar and Kafka on
@@ -169,7 +170,7 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 			b.close(context.Background())
 		}
 	}()
-	if b.bookies, err = client.New(client.Config{Meta: store, Dial: ls.bookieDial, Logger: log.With("component", "bookie-client")}); err != nil {
+	if b.bookies, err = client.New(client.Config{Meta: store, Local: ls.localBookie, Logger: log.With("component", "bookie-client")}); err != nil {
 		return nil, fmt.Errorf("bookie client: %w", err)
 	}
 	if b.cache, err = ledger.NewCache(ledger.CacheConfig{MaxBytes: cfg.EntryCacheSize, Registerer: reg, Logger: log}); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnetar-io/magnetar/bookie"
-	"github.com/magnetar-io/magnetar/bookie/memnet"
+	"github.com/magnetar-io/magnetar/bookie/client"
 	"github.com/magnetar-io/magnetar/bookie/storage"
 	"github.com/magnetar-io/magnetar/meta"
 	"github.com/magnetar-io/magnetar/protocol/admin"
@@ -273,18 +273,16 @@ func startStandalone(ctx context.Context, cfg standaloneConfig, log *slog.Logger
 		}
 	}()
 	s.kafkaAdvertised = advertisedAddr(kafkaHost, kafkaLn.Addr().String())
-	// The broker reaches the in-process bookie without a socket (same
-	// protocol, no system calls); other clients use its TCP listener.
-	local := memnet.Listen(s.bookie.ID())
-	s.bookie.ServeAlso(local)
-	dial := func(addr string, timeout time.Duration) (net.Conn, error) {
+	// The broker calls the in-process bookie directly (no socket, no
+	// framing); other clients use its TCP listener.
+	local := func(addr string) client.Local {
 		if addr == s.bookie.ID() {
-			return local.Dial()
+			return s.bookie.Local()
 		}
-		return net.DialTimeout("tcp", addr, timeout)
+		return nil
 	}
 	s.broker, err = startBroker(cfg.Broker, "standalone", s.store, brokerListeners{pulsar: pulsarLn, kafka: kafkaLn,
-		pulsarAdvertised: s.pulsarAdvertised, kafkaAdvertised: s.kafkaAdvertised, bookieDial: dial}, reg, log)
+		pulsarAdvertised: s.pulsarAdvertised, kafkaAdvertised: s.kafkaAdvertised, localBookie: local}, reg, log)
 	if err != nil {
 		return nil, err
 	}
