@@ -99,6 +99,9 @@ if [[ $mode == test ]]; then
 	# deadline exceeded" though nothing crashed (seen on loaded 2-core CI).
 	log "fuzzing the Pulsar frame decoder (120,000 inputs, about 20s)"
 	"$GO" test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 120000x ./protocol/pulsar/frame/
+	# Its fast paths (SEND, message count) must agree with generic protobuf.
+	log "fuzzing the Pulsar fast paths against generic protobuf (100,000 inputs, about 10s)"
+	"$GO" test -run '^$' -fuzz '^FuzzFastPaths$' -fuzztime 100000x ./protocol/pulsar/frame/
 	# The same for the Kafka request decoder and the record batch parser.
 	log "fuzzing the Kafka request decoder and record batch parser (about 15s each)"
 	"$GO" test -run '^$' -fuzz '^FuzzParseRequest$' -fuzztime 60000x ./protocol/kafka/

@@ -639,15 +639,15 @@ func (c *conn) handleSend(f *frame.Frame) {
 		sendError(pb.ServerError_NotAllowedError, "chunked messages are not supported by this broker yet")
 		return
 	}
-	md, _, err := f.Metadata()
+	inBatch, batched, err := frame.MessagesInBatch(f.HeadersAndPayload)
 	if err != nil {
 		c.log.Warn("pulsar: SEND with malformed metadata refused", "producer", p.p.Name(), "err", err)
 		sendError(pb.ServerError_UnknownError, "malformed message metadata: "+err.Error())
 		return
 	}
 	n := m.GetNumMessages()
-	if md.NumMessagesInBatch != nil {
-		n = md.GetNumMessagesInBatch()
+	if batched {
+		n = inBatch
 	}
 	if n < 1 {
 		n = 1
@@ -665,15 +665,10 @@ func (c *conn) handleSend(f *frame.Frame) {
 			sendError(errorCode(r.Err), r.Err.Error())
 			return
 		}
-		receipt := &pb.CommandSendReceipt{ProducerId: proto.Uint64(pid), SequenceId: proto.Uint64(seq),
-			MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(uint64(r.ID.Position.Ledger)), EntryId: proto.Uint64(uint64(r.ID.Position.Entry))}}
-		if m.HighestSequenceId != nil {
-			receipt.HighestSequenceId = proto.Uint64(m.GetHighestSequenceId())
-		}
-		if r.ID.Partition >= 0 {
-			receipt.MessageId.Partition = proto.Int32(r.ID.Partition)
-		}
-		c.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: receipt})
+		receipt := frame.Receipt{ProducerID: pid, SequenceID: seq,
+			HighestSequenceID: m.GetHighestSequenceId(), HasHighest: m.HighestSequenceId != nil,
+			Ledger: uint64(r.ID.Position.Ledger), Entry: uint64(r.ID.Position.Entry), Partition: r.ID.Partition}
+		c.queue(func(dst []byte) ([]byte, error) { return frame.AppendSendReceipt(dst, receipt), nil })
 	})
 }
 

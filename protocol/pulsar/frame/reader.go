@@ -115,12 +115,9 @@ func (r *Reader) readFrame() (*Frame, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("frame: reading %d-byte command: %w", cmdSize, err)
 	}
-	cmd := new(pulsarpb.BaseCommand)
-	if err := proto.Unmarshal(cmdBytes, cmd); err != nil {
-		return nil, 0, fmt.Errorf("%w: command (%d bytes): %v", ErrMalformed, cmdSize, err)
-	}
-	if err := checkCommand(cmd); err != nil {
-		return nil, 0, fmt.Errorf("%w: %v", ErrMalformed, err)
+	cmd, err := decodeCommand(cmdBytes)
+	if err != nil {
+		return nil, 0, err
 	}
 	f := &Frame{Cmd: cmd}
 	frameLen := int64(sizeLen) + int64(total)
@@ -149,6 +146,22 @@ func (r *Reader) readFrame() (*Frame, int64, error) {
 		f.HeadersAndPayload = b
 	}
 	return f, frameLen, nil
+}
+
+// decodeCommand decodes and checks a command: a plain SEND on the fast
+// path (fast.go), anything else generically.
+func decodeCommand(b []byte) (*pulsarpb.BaseCommand, error) {
+	if cmd, ok := decodeSend(b); ok {
+		return cmd, nil
+	}
+	cmd := new(pulsarpb.BaseCommand)
+	if err := proto.Unmarshal(b, cmd); err != nil {
+		return nil, fmt.Errorf("%w: command (%d bytes): %v", ErrMalformed, len(b), err)
+	}
+	if err := checkCommand(cmd); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return cmd, nil
 }
 
 // readMessage reads the n bytes that follow the command into a new buffer.
