@@ -1527,7 +1527,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it; "bound:" rows are what this machine allows whatever the broker does, computed from figures of the same run (a bookie writes each byte to its journal and to an entry log; the Kafka client's CPU per MB consumed from Magnetar, measured in the benchmark's process, over every CPU; kfake's publish p99 plus one fsync, which a durable publish waits for at least), and their status says whether the goal is within them`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1546,7 +1546,12 @@ type benchRow struct {
 	// broker, instead of figure, takes the figure from
 	// benchResults.broker[load] (false: nothing observed).
 	broker func(brokerLatency) (float64, bool)
-	format string
+	// derived, instead of figure, computes the figure from others: a
+	// bound this machine sets whatever the broker does. judge, if set,
+	// says what the bound means for the goal, in place of a verdict.
+	derived func(res *benchResults) (float64, bool)
+	judge   func(res *benchResults, bound float64) string
+	format  string
 	limit  string // key of benchLimits; "" for none
 	goals  []goal // the issue's, for this figure
 }
@@ -1597,8 +1602,14 @@ func benchRows(cfg perfAllConfig) []benchRow {
 		{measure: "Kafka produce, 4 partitions, records/s", load: loadProduce4, figure: figRate, format: "%.0f"},
 		{measure: "Kafka produce, 1 partition, MB/s", load: loadProduce1, figure: figMBps, format: "%.2f", limit: "disk", goals: produceGoals},
 		{measure: "Kafka produce, 1 partition, records/s", load: loadProduce1, figure: figRate, format: "%.0f"},
+		{measure: "bound: a bookie on one disk writes each byte twice (journal, entry log): half the 1 MiB fsync'd writes, MB/s",
+			derived: halfDisk, format: "%.2f", goals: []goal{{text: "≥ 0.5× disk"}},
+			judge: func(*benchResults, float64) string { return "the goal is this bound" }},
 		{measure: "Kafka consume cold, MB/s", load: loadCold, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
 		{measure: "Kafka consume warm, MB/s", load: loadWarm, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
+		{measure: "Kafka consume warm, the client's CPU per MB, ms", derived: clientCPUPerMB, format: "%.3f"},
+		{measure: fmt.Sprintf("bound: the client alone on %d CPUs (no broker), MB/s", runtime.NumCPU()),
+			derived: clientCeiling, format: "%.0f", goals: []goal{{text: "≥ 1.2× kfake"}}, judge: judgeClientCeiling},
 	}
 	// latency adds the rows of the loads kind-<rate> (e.g. kafka-e2e-5000),
 	// called what in the table.
@@ -1620,6 +1631,9 @@ func benchRows(cfg perfAllConfig) []benchRow {
 			}
 			if !strings.HasSuffix(kind, "-publish") {
 				continue
+			}
+			if kind == "kafka-publish" {
+				rows = append(rows, publishFloor(loadAt(kind, r.rate), what, r.rate, r.maxP99))
 			}
 			// The broker's share, from its own histograms.
 			load := loadAt(kind, r.rate)
@@ -1661,6 +1675,71 @@ func benchRows(cfg perfAllConfig) []benchRow {
 		memory(", opening them, s", func(r *partitionsResult) float64 { return r.Elapsed.Seconds() }, "%.2f", nil),
 		memory(", RSS per partition, KiB", func(r *partitionsResult) float64 { return r.perPartition() / 1024 }, "%.1f", nil),
 	)
+}
+
+// halfDisk is the most a bookie on one disk can take: it writes every
+// byte twice, to its journal and to an entry log.
+func halfDisk(res *benchResults) (float64, bool) {
+	if res.disk1M == nil {
+		return 0, false
+	}
+	return res.disk1M.MBps() / 2, true
+}
+
+// clientCPUPerMB is the Kafka client's CPU per MB consumed in the warm
+// consume from Magnetar (the broker being another process).
+func clientCPUPerMB(res *benchResults) (float64, bool) {
+	r := res.magnetar[loadWarm]
+	if r == nil || r.CPU <= 0 || r.Bytes == 0 {
+		return 0, false
+	}
+	return ms(r.CPU) / (float64(r.Bytes) / 1e6), true
+}
+
+// clientCeiling is the fastest the Kafka client could consume on this
+// machine with every CPU to itself and a broker that costs nothing.
+func clientCeiling(res *benchResults) (float64, bool) {
+	perMB, ok := clientCPUPerMB(res)
+	if !ok {
+		return 0, false
+	}
+	return float64(runtime.NumCPU()) * 1000 / perMB, true
+}
+
+// judgeClientCeiling compares the client's ceiling with the warm consume
+// goal, 1.2× kfake's.
+func judgeClientCeiling(res *benchResults, ceiling float64) string {
+	k, ok := figure(res.kfake, benchRow{load: loadWarm, figure: figMBps})
+	if !ok {
+		return "-"
+	}
+	if need := 1.2 * k; ceiling < need {
+		return fmt.Sprintf("unattainable here: 1.2× kfake is %.0f", need)
+	}
+	return "attainable"
+}
+
+// publishFloor is the row of a lower bound on Magnetar's publish p99 at a
+// rate: what the same client sees from kfake, which keeps records in
+// memory, plus one fsync (p50) that a durable publish waits for at least.
+func publishFloor(load, what string, rate, maxP99 float64) benchRow {
+	return benchRow{
+		measure: fmt.Sprintf("%s at %s/s, bound: kfake p99 + fsync p50, ms", what, thousands(int64(rate))),
+		derived: func(res *benchResults) (float64, bool) {
+			k, ok := figure(res.kfake, benchRow{load: load, figure: figQuantile(0.99)})
+			if !ok || res.disk64K == nil {
+				return 0, false
+			}
+			return k + ms(res.disk64K.Latency.Quantile(0.5)), true
+		},
+		format: "%.3f", goals: []goal{{text: fmt.Sprintf("≤ %g ms", maxP99)}},
+		judge: func(_ *benchResults, floor float64) string {
+			if floor > maxP99 {
+				return "unattainable here"
+			}
+			return "attainable"
+		},
+	}
 }
 
 // benchTable builds the results table; a figure not measured is "-".
@@ -1709,6 +1788,12 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 			verdicts = append(verdicts, g.verdict(res, row, m, mok, limits[row.limit].value))
 		}
 		cells[5], cells[6] = strings.Join(texts, "; "), strings.Join(verdicts, "; ")
+		if row.judge != nil {
+			cells[6] = "-"
+			if mok {
+				cells[6] = row.judge(res, m)
+			}
+		}
 		t.rows = append(t.rows, cells)
 	}
 	return t
@@ -1725,6 +1810,9 @@ func figure(figs benchFigures, row benchRow) (float64, bool) {
 
 // magnetarFigure is row's figure for Magnetar, false if not measured.
 func (res *benchResults) magnetarFigure(row benchRow) (float64, bool) {
+	if row.derived != nil {
+		return row.derived(res)
+	}
 	if row.broker != nil {
 		bl, ok := res.broker[row.load]
 		if !ok {

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,18 +76,20 @@ func checkPerfAllTable(t *testing.T, out string) {
 		t.Fatalf("no results table in:\n%s", out)
 	}
 	measures := perfAllMeasures(10, 30)
-	// 5 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
-	// and warm, publish and end to end at 2 rates × 3 quantiles, the
-	// broker's share of publish at 2 rates × 2; Pulsar: the same
-	// latencies, batched produce (2), 10 topics (3); 30 partitions open
-	// (5).
-	if len(measures) != 5+6+12+4+12+4+2+3+5 {
-		t.Fatalf("%d rows, want 53: %q", len(measures), measures)
+	// 5 limits; Kafka: produce 4p and 1p (MB/s, records/s) and the disk's
+	// bound (5), consume cold and warm, the client's CPU and bound (4),
+	// publish at 2 rates × (3 quantiles, the bound, the broker's share
+	// ×2), end to end at 2 rates × 3 quantiles; Pulsar: publish at 2
+	// rates × (3 quantiles, the broker's share ×2), end to end at 2 rates
+	// × 3 quantiles, batched produce (2), 10 topics (3); 30 partitions
+	// open (5).
+	if len(measures) != 5+5+4+12+6+10+6+2+3+5 {
+		t.Fatalf("%d rows, want 58: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
 		want := `(?m)^` + regexp.QuoteMeta(m) + ` +` + num
-		if strings.HasPrefix(m, "Kafka") && !strings.Contains(m, "broker:") {
+		if strings.HasPrefix(m, "Kafka") && !strings.Contains(m, "broker:") && !strings.Contains(m, "bound:") && !strings.Contains(m, "client's CPU") {
 			want += ` +` + num + ` +` + num // kfake, ÷ kfake
 		}
 		if !regexp.MustCompile(want).MatchString(table) {
@@ -271,6 +274,71 @@ func TestPerfAllTablePartitions(t *testing.T) {
 			for i, m := range measures {
 				if got := rows[m]; !slices.Equal(got, tc.want[i]) {
 					t.Errorf("row %q: %q, want %q", m, got, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// The bounds the machine sets: half the disk, the publish floor (kfake's
+// p99 plus an fsync), the client's consume ceiling; each judged against
+// its goal, and "-" when what it needs was not measured.
+func TestPerfAllBounds(t *testing.T) {
+	hist := func(d time.Duration) latencyHist {
+		var h latencyHist
+		for range 100 {
+			h.Record(d)
+		}
+		return h
+	}
+	disk := &syncedWrites{Block: 1 << 20, Writes: 500, Elapsed: time.Second}
+	fsync := &syncedWrites{Block: 64 << 10, Writes: 100, Elapsed: time.Second, Latency: hist(time.Millisecond)}
+	kfakeAt := func(p99 time.Duration, warmMB int64) benchFigures {
+		return benchFigures{
+			loadAt("kafka-publish", 5000):  {Messages: 1, Latency: hist(p99)},
+			loadAt("kafka-publish", 20000): {Messages: 1, Latency: hist(p99)},
+			loadWarm:                       {Messages: 1000, Bytes: warmMB * 1e6, Elapsed: time.Second},
+		}
+	}
+	// 500 MB consumed with 1 s of the client's CPU: 2 ms per MB.
+	magnetar := benchFigures{loadWarm: {Messages: 500, Bytes: 500e6, Elapsed: time.Second, CPU: time.Second}}
+	ceiling := fmt.Sprintf("%.0f", float64(runtime.NumCPU())*1000/2)
+	for _, tc := range []struct {
+		name string
+		res  *benchResults
+		want map[string][]string // measure (a prefix) -> figure, goal, status
+	}{
+		{"unattainable", &benchResults{disk1M: disk, disk64K: fsync, magnetar: magnetar, kfake: kfakeAt(1500*time.Microsecond, 1e5)},
+			map[string][]string{
+				"bound: a bookie on one disk":          {"262.14", "≥ 0.5× disk", "the goal is this bound"},
+				"Kafka publish at 5,000/s, bound":      {"2.500", "≤ 2 ms", "unattainable here"},
+				"Kafka publish at 20,000/s, bound":     {"2.500", "≤ 5 ms", "attainable"},
+				"Kafka consume warm, the client's CPU": {"2.000", "", ""},
+				"bound: the client alone":              {ceiling, "≥ 1.2× kfake", "unattainable here: 1.2× kfake is 120000"},
+			}},
+		{"attainable", &benchResults{disk1M: disk, disk64K: fsync, magnetar: magnetar, kfake: kfakeAt(500*time.Microsecond, 1)},
+			map[string][]string{
+				"Kafka publish at 5,000/s, bound": {"1.500", "≤ 2 ms", "attainable"},
+				"bound: the client alone":         {ceiling, "≥ 1.2× kfake", "attainable"},
+			}},
+		{"not measured", &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}},
+			map[string][]string{
+				"bound: a bookie on one disk":     {"-", "≥ 0.5× disk", "-"},
+				"Kafka publish at 5,000/s, bound": {"-", "≤ 2 ms", "-"},
+				"bound: the client alone":         {"-", "≥ 1.2× kfake", "-"},
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := benchTable(tc.res, perfAllConfig{Topics: 10, Partitions: 10})
+			for prefix, want := range tc.want {
+				var got []string
+				for _, r := range tab.rows {
+					if strings.HasPrefix(r[0], prefix) {
+						got = []string{r[1], r[5], r[6]}
+					}
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("row %q: %q, want %q", prefix, got, want)
 				}
 			}
 		})

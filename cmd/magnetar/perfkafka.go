@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"syscall"
 	"strconv"
 	"strings"
 	"time"
@@ -496,6 +497,7 @@ func runKafkaConsume(ctx context.Context, out io.Writer, base []kgo.Opt, cfg per
 		fmt.Fprintln(out, "nothing to read")
 		return &pulsarResult{}, nil
 	}
+	cpu0 := processCPU()
 	opts := append(slices.Clone(base), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: assign}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -533,12 +535,23 @@ func runKafkaConsume(ctx context.Context, out io.Writer, base []kgo.Opt, cfg per
 	}
 	finish()
 	res := m.result()
+	res.CPU = processCPU() - cpu0
 	fmt.Fprintf(out, "summary: %d records, %.2f MB in %.2fs: %.0f records/s, %.2f MB/s\n",
 		res.Messages, float64(res.Bytes)/1e6, res.Elapsed.Seconds(), perSecond(res.Messages, res.Elapsed), mbps(res.Bytes, res.Elapsed))
 	if len(left) > 0 && ctx.Err() == nil {
 		return res, fmt.Errorf("read %d of %d records before the deadline (%d fetch errors; the first: %v)", res.Total, want, res.Failed, res.FirstErr)
 	}
 	return res, nil
+}
+
+// processCPU is the CPU time (user and system) this process has used;
+// zero if the system does not say.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // keySet returns the set of m's keys.

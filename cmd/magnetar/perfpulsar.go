@@ -619,6 +619,10 @@ type pulsarResult struct {
 	Latency  latencyHist
 	SendLag  latencyHist // produce only: how late each send was against its due time
 	Sent     int64       // produce only: sends made
+	// CPU is this process's CPU time (user and system) over the whole run,
+	// for Kafka consume loads: the client's own cost when the broker is
+	// another process.
+	CPU time.Duration
 }
 
 // pulsarMeter tallies the messages of a run as they complete, for the
