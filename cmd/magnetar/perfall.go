@@ -1552,8 +1552,8 @@ type benchRow struct {
 	derived func(res *benchResults) (float64, bool)
 	judge   func(res *benchResults, bound float64) string
 	format  string
-	limit  string // key of benchLimits; "" for none
-	goals  []goal // the issue's, for this figure
+	limit   string // key of benchLimits; "" for none
+	goals   []goal // the issue's, for this figure
 }
 
 // A goal is met when the figure's ratio to what it is compared with is at

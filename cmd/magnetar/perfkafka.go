@@ -14,9 +14,9 @@ import (
 	"net"
 	"os"
 	"slices"
-	"syscall"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
