@@ -1527,7 +1527,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it; "bound:" rows are what this machine allows whatever the broker does, computed from figures of the same run (a bookie writes each byte to its journal and to an entry log; the Kafka client's CPU per MB consumed from Magnetar, measured in the benchmark's process, over every CPU; kfake's publish p99 plus one fsync, which a durable publish waits for at least), and their status says whether the goal is within them`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it; "bound:" rows are what this machine allows whatever the broker does, computed from figures of the same run (the Kafka client's CPU per MB consumed from Magnetar, measured in the benchmark's process, over every CPU; kfake's publish p99 plus one fsync, which a durable publish waits for at least), and their status says whether the goal is within them`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1602,9 +1602,6 @@ func benchRows(cfg perfAllConfig) []benchRow {
 		{measure: "Kafka produce, 4 partitions, records/s", load: loadProduce4, figure: figRate, format: "%.0f"},
 		{measure: "Kafka produce, 1 partition, MB/s", load: loadProduce1, figure: figMBps, format: "%.2f", limit: "disk", goals: produceGoals},
 		{measure: "Kafka produce, 1 partition, records/s", load: loadProduce1, figure: figRate, format: "%.0f"},
-		{measure: "bound: a bookie on one disk writes each byte twice (journal, entry log): half the 1 MiB fsync'd writes, MB/s",
-			derived: halfDisk, format: "%.2f", goals: []goal{{text: "≥ 0.5× disk"}},
-			judge: func(*benchResults, float64) string { return "the goal is this bound" }},
 		{measure: "Kafka consume cold, MB/s", load: loadCold, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
 		{measure: "Kafka consume warm, MB/s", load: loadWarm, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
 		{measure: "Kafka consume warm, the client's CPU per MB, ms", derived: clientCPUPerMB, format: "%.3f"},
@@ -1675,15 +1672,6 @@ func benchRows(cfg perfAllConfig) []benchRow {
 		memory(", opening them, s", func(r *partitionsResult) float64 { return r.Elapsed.Seconds() }, "%.2f", nil),
 		memory(", RSS per partition, KiB", func(r *partitionsResult) float64 { return r.perPartition() / 1024 }, "%.1f", nil),
 	)
-}
-
-// halfDisk is the most a bookie on one disk can take: it writes every
-// byte twice, to its journal and to an entry log.
-func halfDisk(res *benchResults) (float64, bool) {
-	if res.disk1M == nil {
-		return 0, false
-	}
-	return res.disk1M.MBps() / 2, true
 }
 
 // clientCPUPerMB is the Kafka client's CPU per MB consumed in the warm

@@ -76,15 +76,15 @@ func checkPerfAllTable(t *testing.T, out string) {
 		t.Fatalf("no results table in:\n%s", out)
 	}
 	measures := perfAllMeasures(10, 30)
-	// 5 limits; Kafka: produce 4p and 1p (MB/s, records/s) and the disk's
-	// bound (5), consume cold and warm, the client's CPU and bound (4),
+	// 5 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
+	// and warm, the client's CPU and bound (4),
 	// publish at 2 rates × (3 quantiles, the bound, the broker's share
 	// ×2), end to end at 2 rates × 3 quantiles; Pulsar: publish at 2
 	// rates × (3 quantiles, the broker's share ×2), end to end at 2 rates
 	// × 3 quantiles, batched produce (2), 10 topics (3); 30 partitions
 	// open (5).
-	if len(measures) != 5+5+4+12+6+10+6+2+3+5 {
-		t.Fatalf("%d rows, want 58: %q", len(measures), measures)
+	if len(measures) != 5+4+4+12+6+10+6+2+3+5 {
+		t.Fatalf("%d rows, want 57: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
@@ -280,7 +280,7 @@ func TestPerfAllTablePartitions(t *testing.T) {
 	}
 }
 
-// The bounds the machine sets: half the disk, the publish floor (kfake's
+// The bounds the machine sets: the publish floor (kfake's
 // p99 plus an fsync), the client's consume ceiling; each judged against
 // its goal, and "-" when what it needs was not measured.
 func TestPerfAllBounds(t *testing.T) {
@@ -291,7 +291,6 @@ func TestPerfAllBounds(t *testing.T) {
 		}
 		return h
 	}
-	disk := &syncedWrites{Block: 1 << 20, Writes: 500, Elapsed: time.Second}
 	fsync := &syncedWrites{Block: 64 << 10, Writes: 100, Elapsed: time.Second, Latency: hist(time.Millisecond)}
 	kfakeAt := func(p99 time.Duration, warmMB int64) benchFigures {
 		return benchFigures{
@@ -308,22 +307,20 @@ func TestPerfAllBounds(t *testing.T) {
 		res  *benchResults
 		want map[string][]string // measure (a prefix) -> figure, goal, status
 	}{
-		{"unattainable", &benchResults{disk1M: disk, disk64K: fsync, magnetar: magnetar, kfake: kfakeAt(1500*time.Microsecond, 1e5)},
+		{"unattainable", &benchResults{disk64K: fsync, magnetar: magnetar, kfake: kfakeAt(1500*time.Microsecond, 1e5)},
 			map[string][]string{
-				"bound: a bookie on one disk":          {"262.14", "≥ 0.5× disk", "the goal is this bound"},
 				"Kafka publish at 5,000/s, bound":      {"2.500", "≤ 2 ms", "unattainable here"},
 				"Kafka publish at 20,000/s, bound":     {"2.500", "≤ 5 ms", "attainable"},
 				"Kafka consume warm, the client's CPU": {"2.000", "", ""},
 				"bound: the client alone":              {ceiling, "≥ 1.2× kfake", "unattainable here: 1.2× kfake is 120000"},
 			}},
-		{"attainable", &benchResults{disk1M: disk, disk64K: fsync, magnetar: magnetar, kfake: kfakeAt(500*time.Microsecond, 1)},
+		{"attainable", &benchResults{disk64K: fsync, magnetar: magnetar, kfake: kfakeAt(500*time.Microsecond, 1)},
 			map[string][]string{
 				"Kafka publish at 5,000/s, bound": {"1.500", "≤ 2 ms", "attainable"},
 				"bound: the client alone":         {ceiling, "≥ 1.2× kfake", "attainable"},
 			}},
 		{"not measured", &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}},
 			map[string][]string{
-				"bound: a bookie on one disk":     {"-", "≥ 0.5× disk", "-"},
 				"Kafka publish at 5,000/s, bound": {"-", "≤ 2 ms", "-"},
 				"bound: the client alone":         {"-", "≥ 1.2× kfake", "-"},
 			}},
