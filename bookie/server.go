@@ -23,7 +23,8 @@ import (
 // storage's goroutine and must not block.
 type Storage interface {
 	// AddEntry stores an entry (bookie/entry format) and calls done once it
-	// is durable. recovery adds are accepted on fenced ledgers.
+	// is durable. recovery adds are accepted on fenced ledgers. e may be
+	// kept after done (until storage has applied it): it must not change.
 	AddEntry(e []byte, recovery bool, done func(error))
 	// ReadEntry returns the stored entry; the slice is the caller's.
 	ReadEntry(ledger, entryID int64) ([]byte, error)

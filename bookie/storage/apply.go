@@ -11,9 +11,10 @@ import (
 )
 
 // The apply path turns durable journal records into readable state. Live,
-// the journal's done callbacks only queue each record for the applier
-// (applier.go) and return, so the journal writes and syncs the next group
-// while the applier works; Open's replay applies each record directly.
+// the journal's done callbacks acknowledge adds (ack.go) and queue each
+// record for the applier (applier.go), so the journal writes and syncs the
+// next group while the applier works; Open's replay applies each record
+// directly.
 // Both go through applySegment, which applies a segment: a run of records
 // ending at the first fence or delete (included) or at the end of what
 // was queued. A segment is one critical section under writeMu:
@@ -41,9 +42,13 @@ import (
 //     checkpoint at applied is therefore complete, and records journaled
 //     but still queued lie after it: the journal keeps them, and a crash
 //     replays them.
-//   - Publishing follows the commit, and acknowledging follows publishing:
-//     a reader woken by a LAC change, or a client that got its ack, finds
-//     the entry in the index.
+//   - Publishing follows the commit, and acknowledging a fence or delete
+//     follows publishing: a reader woken by a LAC change finds the entry
+//     in the index. Adds are acknowledged before: readers that may ask for
+//     one wait for the applier (ack.go).
+//   - Live, the applier never refuses an add for a fence or delete: adds
+//     after a journaled fence or delete are refused before journaling
+//     (ack.go). The checks below serve replay.
 //   - Applying is idempotent: replaying a record already applied re-adds
 //     the entry (the index is repointed at the new copy), re-fences,
 //     re-deletes. Replay may find the index ahead of the record, since
@@ -155,6 +160,7 @@ func (s *Storage) applySegment(reqs []applyReq, res []applyResult) int {
 	s.publish(reqs[:n], res[:n])
 	if progressed {
 		s.applied = last
+		s.appliedUpTo(last)
 	}
 	return n
 }
@@ -279,6 +285,18 @@ func (s *Storage) stageDelete(b *pebble.Batch, r *applyReq, out *applyResult) bo
 func (s *Storage) publish(reqs []applyReq, res []applyResult) {
 	s.ledgersMu.Lock()
 	defer s.ledgersMu.Unlock()
+	// Fences and deletes are pending until their state is set: the marks
+	// go after the loop (ack.go).
+	defer func() {
+		for i := range reqs {
+			switch reqs[i].typ {
+			case recordFence:
+				pendingLocked(s.pendingFences, reqs[i].ledger, -1)
+			case recordDelete:
+				pendingLocked(s.pendingDeletes, reqs[i].ledger, -1)
+			}
+		}
+	}()
 	for i := range reqs {
 		r, out := &reqs[i], &res[i]
 		switch r.typ {

@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,12 @@ func (l *opLog) done(name string, err error) {
 	}
 }
 
+func (l *opLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.order)
+}
+
 func (l *opLog) add(s *Storage, name string, ledger, entryID, lac int64, recovery bool) {
 	s.AddEntry(mkEntry(ledger, entryID, lac, 100), recovery, func(err error) { l.done(name, err) })
 }
@@ -82,11 +89,13 @@ func (l *opLog) del(s *Storage, name string, ledger int64) {
 	s.Delete(ledger, func(err error) { l.done(name, err) })
 }
 
-// The applier applies a batch of queued adds, fences and deletes in
-// journal order, as if one at a time: an add queued after a fence or
-// delete of its ledger is refused, one queued before is not; a fence
-// answers with the entries before it only; callbacks come in journal
-// order. Replay after a crash gives the same state.
+// Adds are acknowledged once journaled, before the applier runs; an add
+// journaled after a fence or delete of its ledger would be refused by the
+// applier, so it is refused at once, never acknowledged. The applier
+// then applies the batch of queued adds, fences and deletes in journal
+// order, as if one at a time: a fence answers with the entries before it
+// only; reads of an acknowledged entry wait for it. Replay after a crash
+// gives the same state.
 func TestApplyKeepsJournalOrder(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	opts := testOptions(fs)
@@ -97,41 +106,101 @@ func TestApplyKeepsJournalOrder(t *testing.T) {
 		name string
 		do   func(l *opLog)
 		want error // nil, or the sentinel the callback must match
+		// at: when the callback comes: at once (refused), at the journal
+		// (an acknowledged add), or once applied.
+		at string
 	}
-	addStep := func(name string, ledger, entryID, lac int64, want error) step {
-		return step{name, func(l *opLog) { l.add(s, name, ledger, entryID, lac, false) }, want}
+	addStep := func(name string, ledger, entryID, lac int64, want error, at string) step {
+		return step{name, func(l *opLog) { l.add(s, name, ledger, entryID, lac, false) }, want, at}
 	}
 	steps := []step{
-		addStep("1/e0", 1, 0, -1, nil),
-		addStep("4/e0", 4, 0, -1, nil),
-		addStep("1/e1", 1, 1, 0, nil),
-		{"fence 1", func(l *opLog) { l.fenceOp(s, "fence 1", 1) }, nil},
-		addStep("1/e2", 1, 2, 1, ErrFenced), // after the fence
-		{"1/e2 recovery", func(l *opLog) { l.add(s, "1/e2 recovery", 1, 2, 1, true) }, nil},
-		addStep("2/e0", 2, 0, -1, nil),
-		addStep("4/e1", 4, 1, 0, nil),
-		{"delete 2", func(l *opLog) { l.del(s, "delete 2", 2) }, nil},
-		addStep("2/e1", 2, 1, 0, ErrNoLedger), // after the delete
-		{"fence 2", func(l *opLog) { l.fenceOp(s, "fence 2", 2) }, ErrNoLedger},
-		{"fence 3", func(l *opLog) { l.fenceOp(s, "fence 3", 3) }, nil}, // unknown: created fenced
-		addStep("3/e0", 3, 0, -1, ErrFenced),
-		addStep("4/e2", 4, 2, 1, nil),
+		addStep("1/e0", 1, 0, -1, nil, "journal"),
+		addStep("4/e0", 4, 0, -1, nil, "journal"),
+		addStep("1/e1", 1, 1, 0, nil, "journal"),
+		{"fence 1", func(l *opLog) { l.fenceOp(s, "fence 1", 1) }, nil, "applied"},
+		addStep("1/e2", 1, 2, 1, ErrFenced, "once"), // after the fence
+		{"1/e2 recovery", func(l *opLog) { l.add(s, "1/e2 recovery", 1, 2, 1, true) }, nil, "journal"},
+		addStep("2/e0", 2, 0, -1, nil, "journal"),
+		addStep("4/e1", 4, 1, 0, nil, "journal"),
+		{"delete 2", func(l *opLog) { l.del(s, "delete 2", 2) }, nil, "applied"},
+		addStep("2/e1", 2, 1, 0, ErrNoLedger, "once"), // after the delete
+		{"fence 2", func(l *opLog) { l.fenceOp(s, "fence 2", 2) }, ErrNoLedger, "applied"},
+		{"fence 3", func(l *opLog) { l.fenceOp(s, "fence 3", 3) }, nil, "applied"}, // unknown: created fenced
+		addStep("3/e0", 3, 0, -1, ErrFenced, "once"),
+		addStep("4/e2", 4, 2, 1, nil, "journal"),
 	}
 	l := newOpLog(len(steps))
+	journaled, early := 0, 0
 	for _, st := range steps {
 		st.do(l)
+		if st.at != "once" {
+			journaled++
+		}
+		if st.at != "applied" {
+			early++
+		}
 	}
-	waitQueued(t, s, len(steps)) // none refused at once: all journaled
+	waitQueued(t, s, journaled)
+	// With the applier held: the refusals and the acknowledgements are in,
+	// the fences and deletes are not, and a read of an acknowledged entry
+	// waits.
+	deadline := time.Now().Add(waitTimeout)
+	for l.count() < early && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := s.ReadEntry(4, 2)
+		read <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	l.mu.Lock()
+	got := slices.Clone(l.order)
+	l.mu.Unlock()
+	// The acknowledgements in journal order; the refusals (which come
+	// before AddEntry returns) among them.
+	var want, acks, gotAcks []string
+	for _, st := range steps {
+		if st.at != "applied" {
+			want = append(want, st.name)
+		}
+		if st.at == "journal" {
+			acks = append(acks, st.name)
+		}
+	}
+	for _, name := range got {
+		if slices.Contains(acks, name) {
+			gotAcks = append(gotAcks, name)
+		}
+	}
+	if len(got) != len(want) || !slices.Equal(gotAcks, acks) {
+		t.Fatalf("before the applier ran, callbacks %q; want the refusals and, in journal order, the acknowledgements %q", got, acks)
+	}
+	select {
+	case err := <-read:
+		t.Fatalf("a read of an entry not yet applied returned (%v) before the applier ran", err)
+	default:
+	}
 	release()
 	await(t, l.all, "the callbacks")
+	if err := await(t, read, "the read"); err != nil {
+		t.Fatalf("read of an acknowledged entry: %v", err)
+	}
 
 	if n := takes.Load(); n != 1 {
 		t.Fatalf("the applier took the records in %d batches, want 1", n)
 	}
-	for i, st := range steps {
-		if l.order[i] != st.name {
-			t.Fatalf("callback %d is %q, want %q (journal order): %v", i, l.order[i], st.name, l.order)
+	applied := l.order[len(want):]
+	want = nil
+	for _, st := range steps {
+		if st.at == "applied" {
+			want = append(want, st.name)
 		}
+	}
+	if !slices.Equal(applied, want) {
+		t.Fatalf("applied callbacks %q, want %q (journal order)", applied, want)
+	}
+	for _, st := range steps {
 		if err := l.errs[st.name]; st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
 			t.Fatalf("%s: got %v, want %v", st.name, err, st.want)
 		}
@@ -168,8 +237,8 @@ func TestApplyKeepsJournalOrder(t *testing.T) {
 	// Replay (nothing checkpointed) applies the same records one by one.
 	s, _ = crashOpen(t, s, fs, opts, vfs.CrashCloneCfg{})
 	defer closeT(t, s)
-	if s.replayed < len(steps) {
-		t.Fatalf("replayed %d records, want at least %d", s.replayed, len(steps))
+	if s.replayed < journaled {
+		t.Fatalf("replayed %d records, want at least %d", s.replayed, journaled)
 	}
 	check(s)
 }
@@ -227,9 +296,10 @@ func TestCheckpointWhileApplierLags(t *testing.T) {
 	}
 }
 
-// An entry-log write failing in the middle of a batch: the adds before it
-// in the batch are acknowledged and readable, it fails, the later ones get
-// ErrReadOnly; all are journaled, so a restart has them.
+// An entry-log write failing in the middle of a batch: every add was
+// acknowledged once journaled; those applied before the failure are
+// readable, the others read as ErrReadOnly until a restart applies them
+// from the journal.
 func TestEntryLogWriteFailureInBatch(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	var allow atomic.Int64 // entry-log writes still allowed; -1: no limit
@@ -265,22 +335,23 @@ func TestEntryLogWriteFailureInBatch(t *testing.T) {
 	allow.Store(2) // entries 1 and 2 get written, 3 fails
 	release()
 	await(t, l.all, "the callbacks")
+	failure := awaitFailure(t, s)
 	if takes.Load() != 1 {
 		t.Fatalf("%d batches, want 1", takes.Load())
 	}
+	// Every add was acknowledged once journaled, before the applier ran.
 	for e := 1; e <= n; e++ {
-		err := l.errs[fmt.Sprint(e)]
-		switch {
-		case e <= 2 && err != nil:
-			t.Fatalf("add %d, before the failure: %v", e, err)
-		case e == 3 && !errors.Is(err, errorfs.ErrInjected):
-			t.Fatalf("add %d, the failing one: %v", e, err)
-		case e >= 3 && !errors.Is(err, ErrReadOnly):
-			t.Fatalf("add %d: %v, want ErrReadOnly", e, err)
+		if err := l.errs[fmt.Sprint(e)]; err != nil {
+			t.Fatalf("add %d: %v", e, err)
 		}
 	}
+	wantErr(t, failure, errorfs.ErrInjected, "the storage's failure")
 	for e := int64(0); e <= 2; e++ {
 		checkEntry(t, s, 1, e, 300)
+	}
+	for e := int64(3); e <= n; e++ { // journaled, not applied: back after a restart
+		_, err := s.ReadEntry(1, e)
+		wantErr(t, err, ErrReadOnly, fmt.Sprintf("read of entry %d, not applied", e))
 	}
 	wantErr(t, s.Checkpoint(), ErrReadOnly, "checkpoint after the failure")
 	allow.Store(-1)

@@ -5,16 +5,18 @@
 //
 // # Durability order
 //
-// An add is verified (entry.Verify), checked against the ledger's state,
-// journaled, and once its journal record is fsynced (group commit) it is
-// handed to the applier goroutine, while the journal goes on with the next
-// group. The applier takes everything handed to it and applies it in
-// journal order: entries appended to the current entry log (a buffer,
-// written when full, its writeback started as it grows), indexed with one
-// Pebble batch (not synced) up to the next fence or delete, counted in the
-// ledgers' LACs; then acknowledged. Fence and delete are journal records
-// too and apply in the same order, so they survive a crash and replay
-// exactly where they were.
+// An add is verified (entry.Verify), checked against the ledger's state
+// (and the fences and deletes journaled but not yet applied), journaled,
+// and once its journal record is fsynced (group commit) it is
+// acknowledged and handed to the applier goroutine, while the journal goes
+// on with the next group. The applier takes everything handed to it and
+// applies it in journal order: entries appended to the current entry log
+// (a buffer, written when full, its writeback started as it grows),
+// indexed with one Pebble batch (not synced) up to the next fence or
+// delete, counted in the ledgers' LACs. Reads and LAC queries that could
+// concern an acknowledged add wait for the applier (ack.go). Fence and
+// delete are journal records too, acknowledged once applied, in the same
+// order, so they survive a crash and replay exactly where they were.
 //
 // A checkpoint (Checkpoint, every CheckpointInterval, and at Close) takes
 // P, the end of the last applied journal record (records journaled but
@@ -88,11 +90,11 @@
 // Bad input (checksum, malformed entry) is refused before anything is
 // stored. A journal failure fails the add and, since the journal refuses
 // everything after, makes the storage read-only. An entry-log or index
-// write failure, or an fsync failure in a checkpoint, after the journal
-// acknowledged the record: the storage cannot make the entry readable, so
-// it fails that add and becomes read-only (ErrReadOnly) instead of
-// acknowledging what it cannot store. Reads keep working; no checkpoint
-// covers the failed records, so a restart replays them.
+// write failure, or an fsync failure in a checkpoint, comes after the add
+// was acknowledged (it is durable in the journal): the storage becomes
+// read-only (ErrReadOnly). Reads of what was applied keep working; reads
+// of acknowledged entries it could not apply fail with ErrReadOnly; no
+// checkpoint covers them, so a restart replays them.
 //
 // # Garbage collection
 //

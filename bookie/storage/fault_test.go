@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -56,10 +57,11 @@ func TestJournalSyncFailure(t *testing.T) {
 	mustAdd(t, s, 1, 1, 0, 100)
 }
 
-// An entry-log write failure after the journal acknowledged the record:
-// the storage cannot make it readable, so it refuses the add and every
-// later mutation (read-only) instead of acknowledging what it cannot
-// store. The record is in the journal: a restart applies it.
+// An entry-log write failure after the journal made the record durable:
+// the add is acknowledged (adds are acknowledged once journaled), the
+// failure makes the storage read-only, and the entry, which the applier
+// could not make readable, is read as ErrReadOnly until a restart applies
+// it from the journal.
 func TestEntryLogWriteFailure(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	var on atomic.Bool
@@ -70,9 +72,10 @@ func TestEntryLogWriteFailure(t *testing.T) {
 		mustAdd(t, s, 1, e, e-1, 300)
 	}
 	on.Store(true)
-	err := add(t, s, mkEntry(1, 10, 9, 300))
-	wantErr(t, err, ErrReadOnly, "add when the entry-log write fails")
-	wantErr(t, err, errorfs.ErrInjected, "add when the entry-log write fails")
+	if err := add(t, s, mkEntry(1, 10, 9, 300)); err != nil {
+		t.Fatalf("add when the entry-log write fails (journaled): %v", err)
+	}
+	wantErr(t, awaitFailure(t, s), errorfs.ErrInjected, "the storage's failure after the entry-log write failed")
 	on.Store(false)
 	wantErr(t, add(t, s, mkEntry(1, 11, 9, 300)), ErrReadOnly, "add after the failure")
 	wantErr(t, add(t, s, mkEntry(2, 0, -1, 300)), ErrReadOnly, "add to another ledger after the failure")
@@ -81,6 +84,8 @@ func TestEntryLogWriteFailure(t *testing.T) {
 	for e := int64(0); e < 10; e++ {
 		checkEntry(t, s, 1, e, 300) // reads still work
 	}
+	_, err := s.ReadEntry(1, 10)
+	wantErr(t, err, ErrReadOnly, "read of the entry the applier could not write")
 	if err := s.Close(); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("Close of a read-only storage: %v", err)
 	}
@@ -154,8 +159,15 @@ func TestEntryLogWritebackFailure(t *testing.T) {
 	wantErr(t, err, ErrReadOnly, "add after the writeback request failed")
 	wantErr(t, err, errorfs.ErrInjected, "add after the writeback request failed")
 	on.Store(false)
-	for i := int64(0); i < e; i++ { // acknowledged: readable
+	for i := int64(0); i < 3*perHint; i++ { // applied before the failure: readable
 		checkEntry(t, s, 1, i, size)
+	}
+	// Acknowledged once journaled: applied before the failure, or read as
+	// ErrReadOnly until a restart applies them.
+	for i := 3 * perHint; i < e; i++ {
+		if _, err := s.ReadEntry(1, i); err != nil {
+			wantErr(t, err, ErrReadOnly, fmt.Sprintf("read of entry %d after the failure", i))
+		}
 	}
 
 	s, _ = crashOpen(t, s, mem, opts, vfs.CrashCloneCfg{})

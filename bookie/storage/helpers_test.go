@@ -87,11 +87,29 @@ func add(t testing.TB, s *Storage, e []byte) error {
 	return await(t, ch, "AddEntry")
 }
 
+// mustAdd adds an entry and waits until it is applied too (adds are
+// acknowledged once journaled), for tests that look at what applying did.
 func mustAdd(t testing.TB, s *Storage, ledger, entryID, lac int64, size int) {
 	t.Helper()
 	if err := add(t, s, mkEntry(ledger, entryID, lac, size)); err != nil {
 		t.Fatalf("add ledger %d entry %d: %v", ledger, entryID, err)
 	}
+	if err := s.awaitApplied(); err != nil {
+		t.Fatalf("applying ledger %d entry %d: %v", ledger, entryID, err)
+	}
+}
+
+// awaitFailure waits until the storage fails, and returns why.
+func awaitFailure(t testing.TB, s *Storage) error {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for s.failure() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the storage did not fail")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return s.failure()
 }
 
 type fenceResult struct {

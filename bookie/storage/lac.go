@@ -69,17 +69,6 @@ func (s *Storage) state(ledger int64, create bool) (*ledgerState, error) {
 	return s.stateLocked(ledger, create)
 }
 
-// cachedFlags reports what the in-memory state already knows, without I/O:
-// AddEntry's early refusal.
-func (s *Storage) cachedFlags(ledger int64) (fenced, deleted bool) {
-	s.ledgersMu.Lock()
-	defer s.ledgersMu.Unlock()
-	if st := s.ledgers[ledger]; st != nil {
-		return st.rec.fenced, st.rec.deleted
-	}
-	return false, false
-}
-
 // loadLACLocked fills in lac and last from the index: the ledger's last
 // entry and the lac field of its header. Writers piggyback a non-decreasing
 // LAC, so the last entry's is the largest stored.
@@ -134,6 +123,11 @@ func (s *Storage) LastAddConfirmed(ledger int64) (lac, lastEntry int64, err erro
 	defer s.opMu.RUnlock()
 	if s.closed {
 		return -1, -1, ErrClosed
+	}
+	if s.unapplied() { // count every acknowledged add (ack.go)
+		if err := s.awaitApplied(); err != nil {
+			return -1, -1, err
+		}
 	}
 	s.ledgersMu.Lock()
 	defer s.ledgersMu.Unlock()

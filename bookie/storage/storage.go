@@ -72,6 +72,19 @@ type Storage struct {
 
 	ledgersMu sync.Mutex
 	ledgers   map[int64]*ledgerState
+	// pendingFences and pendingDeletes count, by ledger, the fences and
+	// deletes journaled but not yet applied (ack.go). Guarded by ledgersMu.
+	pendingFences, pendingDeletes map[int64]int
+
+	// orderMu orders adds against fences and deletes in the journal (ack.go).
+	orderMu sync.RWMutex
+	// ackedTo is the end of the last add acknowledged once journaled,
+	// appliedTo the applier's progress (applied's copy); awaitApplied
+	// waits on appliedCh, closed when appliedTo advances or the storage
+	// fails. Guarded by ackMu.
+	ackMu              sync.Mutex
+	ackedTo, appliedTo journal.Position
+	appliedCh          chan struct{}
 
 	ckptMu   sync.Mutex       // one checkpoint at a time
 	lastCkpt journal.Position // guarded by ckptMu
@@ -116,6 +129,9 @@ func (s *Storage) fail(err error) error {
 			s.failed = fmt.Errorf("%w: %w", ErrReadOnly, err)
 		}
 		s.logger.Error("storage: write failure, now read-only", "err", err)
+		s.ackMu.Lock()
+		s.wakeAppliedLocked()
+		s.ackMu.Unlock()
 	}
 	return s.failed
 }
@@ -133,16 +149,18 @@ func (s *Storage) mutable() error {
 //
 // AddEntry stores an entry: it verifies e (entry.Verify: ErrChecksum or
 // ErrMalformed, nothing stored), refuses fenced ledgers (ErrFenced) unless
-// recovery is set, refuses deleted ones (ErrNoLedger), journals it and, once the journal record is
-// durable, makes it readable (entry log, index, LAC) and calls done(nil).
+// recovery is set, refuses deleted ones (ErrNoLedger) — a fence or delete
+// journaled but not yet applied counts — journals it and, once the journal
+// record is durable, calls done(nil); the applier then makes it readable
+// (entry log, index, LAC), and reads wait for that (ack.go).
 //
-// e must not be modified until done is called. done is called exactly once:
-// on the storage's applier goroutine, in journal order with the done
-// callbacks of every add, fence and delete, once the entry is readable (or
-// refused); or before AddEntry returns when the entry is refused at once.
-// It must be quick and must not block, nor call Storage methods
-// synchronously (it holds up the applier, and through it the journal,
-// which a method may wait for).
+// e must not be modified until the entry is applied (storage keeps it
+// until then). done is called exactly once: on the journal's goroutine, in
+// journal order with the done callbacks of the other adds, once the
+// record is durable; on the applier's if the journal failed it; or before
+// AddEntry returns when the entry is refused at once. It must be quick and
+// must not block, nor call Storage methods synchronously (it holds up the
+// journal, which a method may wait for).
 func (s *Storage) AddEntry(e []byte, recovery bool, done func(err error)) {
 	h, err := entry.Verify(e)
 	if err == nil && (h.Ledger < 0 || h.Entry < 0) {
@@ -162,18 +180,30 @@ func (s *Storage) appendAdd(h entry.Header, e []byte, recovery bool, done func(e
 	if err := s.mutable(); err != nil {
 		return err
 	}
-	switch fenced, deleted := s.cachedFlags(h.Ledger); {
-	case deleted:
+	s.orderMu.RLock()
+	defer s.orderMu.RUnlock()
+	switch err := s.addAllowed(h.Ledger, recovery); {
+	case errors.Is(err, ErrNoLedger):
 		return fmt.Errorf("%w: ledger %d was deleted", ErrNoLedger, h.Ledger)
-	case fenced && !recovery:
+	case errors.Is(err, ErrFenced):
 		return fmt.Errorf("%w: ledger %d", ErrFenced, h.Ledger)
+	case err != nil:
+		return s.fail(fmt.Errorf("storage: ledger %d: %w", h.Ledger, err))
 	}
 	typ := recordAdd
 	if recovery {
 		typ = recordRecoveryAdd
 	}
+	// Acknowledged once durable; the applier makes it readable (ack.go).
+	// A journal failure is the applier's to report, in order.
 	s.jnl.Append(typ, e, func(end journal.Position, err error) {
-		s.applyQ.put(applyReq{end: end, jerr: err, typ: typ, entry: e, done: done})
+		ack := done
+		if err == nil {
+			s.ackedAt(end)
+			ack(nil)
+			ack = nil
+		}
+		s.applyQ.put(applyReq{end: end, jerr: err, typ: typ, entry: e, done: ack})
 	})
 	return nil
 }
@@ -230,6 +260,11 @@ func (s *Storage) appendFence(ledger int64, done func(lac, lastEntry int64, err 
 	if err != nil {
 		return false, -1, -1, err
 	}
+	s.orderMu.Lock()
+	defer s.orderMu.Unlock()
+	s.ledgersMu.Lock()
+	pendingLocked(s.pendingFences, ledger, 1)
+	s.ledgersMu.Unlock()
 	s.jnl.Append(recordFence, ledgerBody(ledger), func(end journal.Position, err error) {
 		s.applyQ.put(applyReq{end: end, jerr: err, typ: recordFence, ledger: ledger, fenceDone: done})
 	})
@@ -264,6 +299,11 @@ func (s *Storage) appendDelete(ledger int64, done func(error)) (journaled bool, 
 	if err != nil || deleted {
 		return false, err
 	}
+	s.orderMu.Lock()
+	defer s.orderMu.Unlock()
+	s.ledgersMu.Lock()
+	pendingLocked(s.pendingDeletes, ledger, 1)
+	s.ledgersMu.Unlock()
 	s.jnl.Append(recordDelete, ledgerBody(ledger), func(end journal.Position, err error) {
 		s.applyQ.put(applyReq{end: end, jerr: err, typ: recordDelete, ledger: ledger, done: done})
 	})
@@ -282,10 +322,20 @@ func (s *Storage) ReadEntry(ledger, entryID int64) ([]byte, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
+	waited := false
 	for attempt := 1; ; attempt++ {
 		loc, ok, err := s.idx.location(ledger, entryID)
 		if err != nil {
 			return nil, err
+		}
+		if !ok && !waited && s.unapplied() {
+			// Maybe acknowledged, not yet applied: wait for the applier.
+			if err := s.awaitApplied(); err != nil {
+				return nil, err
+			}
+			waited = true
+			attempt--
+			continue
 		}
 		if !ok {
 			rec, ok, err := s.idx.ledger(ledger)
