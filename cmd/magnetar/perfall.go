@@ -1527,7 +1527,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it; "bound:" rows are what this machine allows whatever the broker does, computed from figures of the same run (the Kafka client's CPU per MB consumed from Magnetar, measured in the benchmark's process, over every CPU; kfake's publish p99 plus one fsync, which a durable publish waits for at least), and their status says whether the goal is within them`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the Kafka client's own CPU per MB consumed from Magnetar, measured in the benchmark's process), and its status says whether the goal is within it`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1629,9 +1629,6 @@ func benchRows(cfg perfAllConfig) []benchRow {
 			if !strings.HasSuffix(kind, "-publish") {
 				continue
 			}
-			if kind == "kafka-publish" {
-				rows = append(rows, publishFloor(loadAt(kind, r.rate), what, r.rate, r.maxP99))
-			}
 			// The broker's share, from its own histograms.
 			load := loadAt(kind, r.rate)
 			at := fmt.Sprintf("%s at %s/s", what, thousands(int64(r.rate)))
@@ -1705,29 +1702,6 @@ func judgeClientCeiling(res *benchResults, ceiling float64) string {
 		return fmt.Sprintf("unattainable here: 1.2× kfake is %.0f", need)
 	}
 	return "attainable"
-}
-
-// publishFloor is the row of a lower bound on Magnetar's publish p99 at a
-// rate: what the same client sees from kfake, which keeps records in
-// memory, plus one fsync (p50) that a durable publish waits for at least.
-func publishFloor(load, what string, rate, maxP99 float64) benchRow {
-	return benchRow{
-		measure: fmt.Sprintf("%s at %s/s, bound: kfake p99 + fsync p50, ms", what, thousands(int64(rate))),
-		derived: func(res *benchResults) (float64, bool) {
-			k, ok := figure(res.kfake, benchRow{load: load, figure: figQuantile(0.99)})
-			if !ok || res.disk64K == nil {
-				return 0, false
-			}
-			return k + ms(res.disk64K.Latency.Quantile(0.5)), true
-		},
-		format: "%.3f", goals: []goal{{text: fmt.Sprintf("≤ %g ms", maxP99)}},
-		judge: func(_ *benchResults, floor float64) string {
-			if floor > maxP99 {
-				return "unattainable here"
-			}
-			return "attainable"
-		},
-	}
 }
 
 // benchTable builds the results table; a figure not measured is "-".
