@@ -120,11 +120,16 @@ func (c *conn) send(op wire.Op, flags uint16, body []byte, timeout time.Duration
 	c.queue = append(c.queue, outFrame{body: body})
 	putFrameHeader(&c.queue[len(c.queue)-1].hdr, wire.Header{Op: op, Flags: flags, ReqID: id}, len(body))
 	c.mu.Unlock()
+	c.signal()
+	return nil
+}
+
+// signal wakes the writer, or a local conn's answerLoop.
+func (c *conn) signal() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // fail breaks the connection (once) and fails every pending call with err.
@@ -276,10 +281,7 @@ func (c *conn) callLocal(id uint64, op wire.Op, flags uint16, body []byte) {
 		c.mu.Lock()
 		c.answers = append(c.answers, localAnswer{id, r})
 		c.mu.Unlock()
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+		c.signal()
 	})
 }
 
