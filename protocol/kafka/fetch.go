@@ -235,12 +235,17 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 		if len(es) == 0 {
 			break
 		}
-		// One growth for the round instead of doublings by append.
+		// One growth for the round instead of doublings by append; when
+		// it must grow, with room for the next round too (twice as many
+		// entries) within the budget, so that a round rarely copies what
+		// the earlier ones read.
 		need := 0
 		for _, e := range es {
 			need += len(e.Payload)
 		}
-		buf = growRecordBuf(buf, need)
+		if cap(buf)-len(buf) < need {
+			buf = growRecordBuf(buf, max(need, min(3*need, budget-len(buf))))
+		}
 		for _, e := range es {
 			before := len(buf)
 			switch e.Header.Format {
