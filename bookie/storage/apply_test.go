@@ -244,8 +244,9 @@ func TestApplyKeepsJournalOrder(t *testing.T) {
 }
 
 // A checkpoint covers what is applied, not what is journaled: records
-// journaled but still queued for a lagging applier stay in the journal,
-// and a crash right after the checkpoint replays them.
+// journaled (and acknowledged) but still queued for a lagging applier
+// stay in the journal, and a crash right after the checkpoint replays
+// them.
 func TestCheckpointWhileApplierLags(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	opts := testOptions(fs)
@@ -274,15 +275,17 @@ func TestCheckpointWhileApplierLags(t *testing.T) {
 		t.Fatalf("checkpoint at %v, applied %v", ckpt, s.applied)
 	}
 	s.writeMu.Unlock()
-	// Power loss now: the queued records are only in the journal.
-	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
-
-	release()
+	// The queued adds are acknowledged, the applier still held: they are
+	// durable in the journal only.
 	for range queued {
 		if err := await(t, acks, "an ack"); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Power loss now: the acknowledged records are only in the journal.
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+
+	release()
 	closeT(t, s)
 
 	opts.FS = crashed
