@@ -101,7 +101,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // standalone's broker: bookie/client's Config.Local), without the wire's
 // framing, copies and connection goroutines: an add is handed to storage
 // as it is and answered from storage's callback. body must not change
-// until done is called; an add's entry is kept by storage until then.
+// afterwards: storage keeps an add's entry until it has applied it, which
+// may be after done.
 //
 // done is called exactly once, with the status and the response body
 // after it as parts (the wire's layout, as a frame would carry it): on
@@ -347,11 +348,11 @@ type peer interface {
 	// slices must not be modified afterwards.
 	respond(h wire.Header, st wire.Status, payload ...[]byte)
 	logger() *slog.Logger
-	// readSlot takes a slot for a read before it starts; release returns
-	// it. block says whether to wait for one before dispatch returns (a
-	// connection's reader: backpressure) or on the read's goroutine (a
-	// local caller, who must not be blocked: its callbacks may need what
-	// it holds).
+	// readSlot is the semaphore of p's reads in flight, and whether a
+	// read waits for a slot before dispatch returns (a connection's
+	// reader: backpressure) or on the read's own goroutine (a local
+	// caller, who must not be blocked: its callbacks may need what it
+	// holds).
 	readSlot() (slots chan struct{}, block bool)
 }
 
@@ -398,7 +399,7 @@ func (s *Server) dispatch(p peer, h wire.Header, body []byte, kept bool) {
 	case wire.OpAdd:
 		e := body
 		if !kept {
-			e = append([]byte(nil), body...) // kept by storage until done
+			e = append([]byte(nil), body...) // kept by storage until applied
 		}
 		eh, err := entry.Verify(e)
 		if err != nil {

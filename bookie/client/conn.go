@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -316,21 +317,15 @@ type localAnswer struct {
 // localResponse makes a Local answer a response: its body is the payload
 // (in one piece), the callback's to keep.
 func localResponse(st wire.Status, payload [][]byte) response {
+	r := response{status: st, owned: true}
 	switch len(payload) {
 	case 0:
-		return response{status: st, owned: true}
 	case 1:
-		return response{status: st, body: payload[0], owned: true}
+		r.body = payload[0]
+	default:
+		r.body = bytes.Join(payload, nil)
 	}
-	n := 0
-	for _, p := range payload {
-		n += len(p)
-	}
-	body := make([]byte, 0, n)
-	for _, p := range payload {
-		body = append(body, p...)
-	}
-	return response{status: st, body: body, owned: true}
+	return r
 }
 
 // Frames larger than ownedFrame are read into a buffer of their own.

@@ -68,6 +68,9 @@ func (s *Storage) awaitApplied() error {
 		if err := s.failure(); err != nil {
 			return err
 		}
+		if hook := s.testHookAwaitApplied; hook != nil {
+			hook()
+		}
 		select {
 		case <-ch:
 		case <-s.closing:

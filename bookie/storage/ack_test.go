@@ -45,7 +45,15 @@ func TestAcksNeverFollowAFence(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(ledger%4) * time.Millisecond)
+		// The fence comes after 0 to 30 acknowledged adds, adds racing it.
+		for deadline := time.Now().Add(waitTimeout); ; time.Sleep(100 * time.Microsecond) {
+			mu.Lock()
+			n := len(acked)
+			mu.Unlock()
+			if n >= int(ledger%4)*10 || time.Now().After(deadline) {
+				break
+			}
+		}
 		fr := fence(t, s, ledger)
 		wg.Wait()
 		if fr.err != nil {

@@ -285,18 +285,6 @@ func (s *Storage) stageDelete(b *pebble.Batch, r *applyReq, out *applyResult) bo
 func (s *Storage) publish(reqs []applyReq, res []applyResult) {
 	s.ledgersMu.Lock()
 	defer s.ledgersMu.Unlock()
-	// Fences and deletes are pending until their state is set: the marks
-	// go after the loop (ack.go).
-	defer func() {
-		for i := range reqs {
-			switch reqs[i].typ {
-			case recordFence:
-				pendingLocked(s.pendingFences, reqs[i].ledger, -1)
-			case recordDelete:
-				pendingLocked(s.pendingDeletes, reqs[i].ledger, -1)
-			}
-		}
-	}()
 	for i := range reqs {
 		r, out := &reqs[i], &res[i]
 		switch r.typ {
@@ -327,6 +315,15 @@ func (s *Storage) publish(reqs []applyReq, res []applyResult) {
 				out.st.notifyLocked()
 				delete(s.ledgers, r.ledger) // a tombstone needs no memory: lookups read the index
 			}
+		}
+	}
+	// Fences and deletes are pending until their state is set (ack.go).
+	for i := range reqs {
+		switch reqs[i].typ {
+		case recordFence:
+			pendingLocked(s.pendingFences, reqs[i].ledger, -1)
+		case recordDelete:
+			pendingLocked(s.pendingDeletes, reqs[i].ledger, -1)
 		}
 	}
 }

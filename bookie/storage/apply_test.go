@@ -148,12 +148,25 @@ func TestApplyKeepsJournalOrder(t *testing.T) {
 	for l.count() < early && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
+	waiting := make(chan struct{}, 1)
+	s.testHookAwaitApplied = func() { // once per wait: don't block the later ones
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
 	read := make(chan error, 1)
 	go func() {
 		_, err := s.ReadEntry(4, 2)
 		read <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-waiting:
+	case err := <-read:
+		t.Fatalf("a read of an entry not yet applied returned (%v) before the applier ran", err)
+	case <-time.After(waitTimeout):
+		t.Fatal("the read of an acknowledged entry neither waited nor returned")
+	}
 	l.mu.Lock()
 	got := slices.Clone(l.order)
 	l.mu.Unlock()
@@ -175,11 +188,6 @@ func TestApplyKeepsJournalOrder(t *testing.T) {
 	}
 	if len(got) != len(want) || !slices.Equal(gotAcks, acks) {
 		t.Fatalf("before the applier ran, callbacks %q; want the refusals and, in journal order, the acknowledgements %q", got, acks)
-	}
-	select {
-	case err := <-read:
-		t.Fatalf("a read of an entry not yet applied returned (%v) before the applier ran", err)
-	default:
 	}
 	release()
 	await(t, l.all, "the callbacks")

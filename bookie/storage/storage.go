@@ -106,6 +106,9 @@ type Storage struct {
 	testHookCompactBatch func()
 	// testHookWaitLAC, if set, runs when WaitLAC is about to block.
 	testHookWaitLAC func()
+	// testHookAwaitApplied, if set, runs when awaitApplied is about to
+	// block.
+	testHookAwaitApplied func()
 	// testHookApply, if set, runs on the applier when records are queued,
 	// before it takes them, with no lock held.
 	testHookApply func()

@@ -1543,12 +1543,10 @@ type benchRow struct {
 	// memory, instead of figure, takes the figure from
 	// benchResults.partitions (load is loadPartitions).
 	memory func(*partitionsResult) float64
-	// broker, instead of figure, takes the figure from
-	// benchResults.broker[load] (false: nothing observed).
-	broker func(brokerLatency) (float64, bool)
-	// derived, instead of figure, computes the figure from others: a
-	// bound this machine sets whatever the broker does. judge, if set,
-	// says what the bound means for the goal, in place of a verdict.
+	// derived, instead of figure, computes the figure from other results
+	// (the broker's histograms, a bound this machine sets whatever the
+	// broker does). judge, if set, says what a bound means for the goal,
+	// in place of a verdict.
 	derived func(res *benchResults) (float64, bool)
 	judge   func(res *benchResults, bound float64) string
 	format  string
@@ -1634,9 +1632,9 @@ func benchRows(cfg perfAllConfig) []benchRow {
 			at := fmt.Sprintf("%s at %s/s", what, thousands(int64(r.rate)))
 			rows = append(rows,
 				benchRow{measure: at + ", broker: managed-ledger add p99 ms", load: load, format: "%.3f", limit: "fsync",
-					broker: func(bl brokerLatency) (float64, bool) { return bl.add.quantile(0.99) }},
+					derived: brokerP99(load, func(bl brokerLatency) histDelta { return bl.add })},
 				benchRow{measure: at + ", broker: journal sync p99 ms", load: load, format: "%.3f", limit: "fsync",
-					broker: func(bl brokerLatency) (float64, bool) { return bl.sync.quantile(0.99) }})
+					derived: brokerP99(load, func(bl brokerLatency) histDelta { return bl.sync })})
 		}
 	}
 	latency("kafka-publish", "Kafka publish")
@@ -1669,6 +1667,17 @@ func benchRows(cfg perfAllConfig) []benchRow {
 		memory(", opening them, s", func(r *partitionsResult) float64 { return r.Elapsed.Seconds() }, "%.2f", nil),
 		memory(", RSS per partition, KiB", func(r *partitionsResult) float64 { return r.perPartition() / 1024 }, "%.1f", nil),
 	)
+}
+
+// brokerP99 is the p99 of one of the broker's histograms over load.
+func brokerP99(load string, hist func(brokerLatency) histDelta) func(*benchResults) (float64, bool) {
+	return func(res *benchResults) (float64, bool) {
+		bl, ok := res.broker[load]
+		if !ok {
+			return 0, false
+		}
+		return hist(bl).quantile(0.99)
+	}
 }
 
 // clientCPUPerMB is the Kafka client's CPU per MB consumed in the warm
@@ -1732,7 +1741,7 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 		if mok {
 			cells[1] = fmt.Sprintf(row.format, m)
 		}
-		if strings.HasPrefix(row.load, "kafka-") && row.broker == nil { // kfake has no broker histograms
+		if strings.HasPrefix(row.load, "kafka-") && row.derived == nil { // kfake has no broker histograms
 			cells[2] = "-"
 			if kok {
 				cells[2] = fmt.Sprintf(row.format, k)
@@ -1774,13 +1783,6 @@ func figure(figs benchFigures, row benchRow) (float64, bool) {
 func (res *benchResults) magnetarFigure(row benchRow) (float64, bool) {
 	if row.derived != nil {
 		return row.derived(res)
-	}
-	if row.broker != nil {
-		bl, ok := res.broker[row.load]
-		if !ok {
-			return 0, false
-		}
-		return row.broker(bl)
 	}
 	if row.memory == nil {
 		return figure(res.magnetar, row)

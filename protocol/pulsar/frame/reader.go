@@ -154,6 +154,11 @@ func decodeCommand(b []byte) (*pulsarpb.BaseCommand, error) {
 	if cmd, ok := decodeSend(b); ok {
 		return cmd, nil
 	}
+	return decodeGeneric(b)
+}
+
+// decodeGeneric decodes and checks a command with generic protobuf.
+func decodeGeneric(b []byte) (*pulsarpb.BaseCommand, error) {
 	cmd := new(pulsarpb.BaseCommand)
 	if err := proto.Unmarshal(b, cmd); err != nil {
 		return nil, fmt.Errorf("%w: command (%d bytes): %v", ErrMalformed, len(b), err)
