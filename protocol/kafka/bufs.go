@@ -11,7 +11,7 @@ import (
 // storage has each partition's buffer (up to its 1 MiB default) allocated
 // for every fetch, and the runtime zeroes every fresh allocation — a tenth
 // of the broker's CPU on such a read before this pool. A buffer goes back
-// to the pool once its response is encoded (writeLoop).
+// to the pool once its response is written (writeLoop).
 //
 // Buffers come in power-of-two sizes from minRecordBuf to maxRecordBuf;
 // larger requests are allocated and dropped as before.
@@ -69,14 +69,26 @@ func putRecordBuf(buf []byte) {
 	}
 }
 
-// releaseFetch returns the record buffers of an encoded fetch response to
-// the pool.
-func releaseFetch(fr *kmsg.FetchResponse) {
+// releaseRecords returns the record buffers of a written fetch response
+// to the pool.
+func releaseRecords(recs []*records) {
+	for _, r := range recs {
+		r.release()
+	}
+}
+
+// flattenFetch sets the RecordBatches of fr's partitions from recs (one
+// per partition, in order), for encoding by kmsg.
+func flattenFetch(fr *kmsg.FetchResponse, recs []*records) {
+	n := 0
 	for i := range fr.Topics {
 		t := &fr.Topics[i]
 		for j := range t.Partitions {
-			putRecordBuf(t.Partitions[j].RecordBatches)
-			t.Partitions[j].RecordBatches = nil
+			r := recs[n]
+			n++
+			// Empty, not null: librdkafka refuses a null record set
+			// ("invalid MessageSetSize -1").
+			t.Partitions[j].RecordBatches = r.appendTo(make([]byte, 0, r.size))
 		}
 	}
 }

@@ -42,7 +42,8 @@ type fetchPart struct {
 	resp   *kmsg.FetchResponseTopicPartition
 	after  ledger.Position // last confirmed when read: wait for entries after it
 	fixed  bool            // answered with an error: not read again
-	served int64           // messages from the fetch offset on in RecordBatches
+	recs   records         // the record batches read (resp.RecordBatches stays empty)
+	served int64           // messages from the fetch offset on in recs
 }
 
 func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
@@ -86,17 +87,14 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 	go func() {
 		defer cancel()
 		c.s.fetch(ctx, c, req, parts, c.s.cfg.Clock().Add(wait))
-		for _, fp := range parts {
-			if fp.t != nil && fp.served > 0 && len(fp.resp.RecordBatches) > 0 {
-				fp.t.KafkaServed(fp.served, int64(len(fp.resp.RecordBatches)))
+		recs := make([]*records, len(parts))
+		for i, fp := range parts {
+			if fp.t != nil && fp.served > 0 && fp.recs.size > 0 {
+				fp.t.KafkaServed(fp.served, int64(fp.recs.size))
 			}
-			if fp.resp.RecordBatches == nil {
-				// An empty record set, not a null one: librdkafka refuses
-				// null ("invalid MessageSetSize -1").
-				fp.resp.RecordBatches = []byte{}
-			}
+			recs[i] = &fp.recs
 		}
-		sl.finish(resp)
+		sl.finishFetch(resp, recs)
 	}()
 }
 
@@ -115,7 +113,8 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 		// partition with data is always kept whole).
 		errsOf := make([]error, len(parts))
 		for _, fp := range parts {
-			fp.resp.RecordBatches, fp.served = fp.resp.RecordBatches[:0], 0
+			fp.recs.clear()
+			fp.served = 0
 		}
 		read := 0
 		for i := 0; i < len(parts) && read < maxBytes; {
@@ -133,7 +132,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 			}
 			wg.Wait()
 			for _, fp := range wave {
-				read += len(fp.resp.RecordBatches)
+				read += fp.recs.size
 			}
 			i += len(wave)
 		}
@@ -145,16 +144,16 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 			}
 			if err := errsOf[i]; err != nil {
 				fp.resp.ErrorCode, fp.fixed = errCode(err), true
-				fp.resp.RecordBatches = nil
+				fp.recs.release()
 				if fp.resp.ErrorCode == errUnknownServer {
 					c.log.Warn("Fetch failed", "topic", fp.name, "partition", fp.req.Partition, "err", err)
 				}
 				errs = true
 				continue
 			}
-			n := len(fp.resp.RecordBatches)
+			n := fp.recs.size
 			if total > 0 && total+n > maxBytes {
-				fp.resp.RecordBatches = fp.resp.RecordBatches[:0] // over the request's limit: next time
+				fp.recs.clear() // over the request's limit: next time
 				fp.served, n = 0, 0
 			}
 			total += n
@@ -204,9 +203,10 @@ func (s *Server) waitNew(ctx context.Context, parts []*fetchPart, d time.Duratio
 	}
 }
 
-// readPartition fills fp.resp with the record batches from the fetch
+// readPartition fills fp.recs with the record batches from the fetch
 // offset on, within budget bytes but at least one batch (the fetch drops
-// what exceeds the request's MaxBytes).
+// what exceeds the request's MaxBytes), and fp.resp with the partition's
+// offsets.
 func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) error {
 	ml := fp.t.ManagedLedger()
 	fp.after = ml.LastConfirmed()
@@ -214,20 +214,20 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 	start := ml.FirstOffset()
 	p := fp.resp
 	p.HighWatermark, p.LastStableOffset, p.LogStartOffset = hw, hw, start
-	p.RecordBatches = p.RecordBatches[:0]
+	r := &fp.recs
+	r.clear()
 	off := fp.req.FetchOffset
 	if off < start || off > hw {
 		return fmt.Errorf("%w: offset %d, the partition holds %d..%d", ledger.ErrOffsetOutOfRange, off, start, hw)
 	}
 	budget = min(budget, int(fp.req.PartitionMaxBytes))
-	buf := p.RecordBatches
 	// Entries are read a few at a time, more as they prove small: a
 	// batch of a MiB fills the budget alone, and entries read past the
 	// budget would be read again by the next fetch.
-	for n := 1; off < hw && len(buf) < budget; n = min(2*n, maxFetchEntries) {
+	for n := 1; off < hw && r.size < budget; n = min(2*n, maxFetchEntries) {
 		es, err := readAt(ctx, fp.t, off, n)
 		if err != nil {
-			if len(buf) > 0 {
+			if r.size > 0 {
 				break // serve what was read; the error comes back next time
 			}
 			return err
@@ -235,25 +235,31 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 		if len(es) == 0 {
 			break
 		}
-		// One growth for the round instead of doublings by append; when
-		// it must grow, with room for the next round too (twice as many
-		// entries) within the budget, so that a round rarely copies what
-		// the earlier ones read.
+		// One growth of the own buffer for the round instead of
+		// doublings by append; when it must grow, with room for the next
+		// round too (twice as many entries) within the budget, so that a
+		// round rarely copies what the earlier ones added.
 		need := 0
 		for _, e := range es {
-			need += len(e.Payload)
+			if e.Header.Format == ledger.FormatKafka && len(e.Payload) >= borrowMin {
+				need += 8 // only the base offset: the batch is written from the entry
+			} else {
+				need += len(e.Payload)
+			}
 		}
-		if cap(buf)-len(buf) < need {
-			buf = growRecordBuf(buf, max(need, min(3*need, budget-len(buf))))
+		if cap(r.own)-len(r.own) < need {
+			r.reserve(max(need, min(3*need, budget-r.size)))
 		}
 		for _, e := range es {
-			before := len(buf)
+			before := r.mark()
 			switch e.Header.Format {
 			case ledger.FormatKafka:
-				buf = broker.AppendWithBaseOffset(buf, e.Payload, e.Header.FirstOffset)
+				r.addBatch(e.Payload, e.Header.FirstOffset)
 			default:
+				from := len(r.own)
 				var cerr error
-				buf, _, cerr = broker.AppendPulsarAsKafka(buf, e.Payload, e.Header.FirstOffset, e.Header.PublishTime, s.cfg.MaxRequestSize)
+				r.own, _, cerr = broker.AppendPulsarAsKafka(r.own, e.Payload, e.Header.FirstOffset, e.Header.PublishTime, s.cfg.MaxRequestSize)
+				r.ownAdded(from)
 				if cerr != nil {
 					// Encrypted, chunked or marker messages have no Kafka
 					// form: skipped, leaving a gap in the offsets (which
@@ -261,24 +267,23 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 					s.log.Warn("Fetch: a Pulsar entry cannot be served to Kafka clients; skipped",
 						"topic", fp.name, "partition", fp.req.Partition, "entry", e.Position.String(),
 						"offsets", fmt.Sprintf("%d..%d", e.Header.FirstOffset, e.Header.NextOffset()-1), "err", cerr)
-					buf = buf[:before]
+					r.reset(before)
 				}
 			}
-			if len(buf) > budget && before > 0 {
-				buf = buf[:before]
+			if r.size > budget && before.size > 0 {
+				r.reset(before)
 				off = hw // stop
 				break
 			}
 			off = e.Header.NextOffset()
 			fp.t.SetKafkaReadHint(off, ml.Next(e.Position))
-			if len(buf) >= budget {
+			if r.size >= budget {
 				break
 			}
 		}
 	}
-	p.RecordBatches = buf
 	fp.served = 0
-	if len(buf) > 0 {
+	if r.size > 0 {
 		fp.served = off - fp.req.FetchOffset
 	}
 	return nil

@@ -253,11 +253,19 @@ type slot struct {
 	clientID     string
 	done         chan struct{}
 	resp         kmsg.Response
+	records      []*records // a fetch response's record batches, partition by partition
 }
 
 func (sl *slot) finish(resp kmsg.Response) {
 	sl.resp = resp
 	close(sl.done)
+}
+
+// finishFetch answers a fetch whose record batches are in recs, one per
+// partition of resp in order (see fetchwire.go).
+func (sl *slot) finishFetch(resp *kmsg.FetchResponse, recs []*records) {
+	sl.records = recs
+	sl.finish(resp)
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -419,6 +427,7 @@ func (c *conn) handle(sl *slot, req kmsg.Request) {
 
 func (c *conn) writeLoop() {
 	var buf []byte
+	var iov net.Buffers
 	broken := false
 	for sl := range c.queue {
 		select {
@@ -427,43 +436,56 @@ func (c *conn) writeLoop() {
 			<-sl.done // handlers finish promptly once ctx ends
 		}
 		if sl.resp == nil || broken {
+			releaseRecords(sl.records)
 			continue
 		}
 		sl.resp.SetVersion(sl.version)
-		buf = append(buf[:0], 0, 0, 0, 0)
-		fr, isFetch := sl.resp.(*kmsg.FetchResponse)
-		if isFetch {
-			// Its record batches are most of it: one growth, not
-			// doublings copying them again and again.
-			buf = slices.Grow(buf, fetchResponseSize(fr))
+		out := iov[:0]
+		if fr, ok := sl.resp.(*kmsg.FetchResponse); ok && sl.records != nil && plainFetch(fr) {
+			buf, out = appendFetchFrame(buf[:0], out, sl.correlation, fr, sl.records)
+		} else {
+			if ok && sl.records != nil {
+				flattenFetch(fr, sl.records)
+				// Its record batches are most of it: one growth, not
+				// doublings copying them again and again.
+				buf = slices.Grow(buf[:0], fetchResponseSize(fr))
+			}
+			buf = c.appendFrame(buf[:0], sl)
+			out = append(out, buf)
 		}
-		buf = binary.BigEndian.AppendUint32(buf, uint32(sl.correlation))
-		if sl.resp.IsFlexible() && sl.key != apiVersionsKey {
-			buf = append(buf, 0) // no header tags
-		}
-		buf = sl.resp.AppendTo(buf)
-		if isFetch {
-			releaseFetch(fr) // encoded: its record buffers are free
-		}
-		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 		if len(c.queue) == 0 {
 			c.nc.SetWriteDeadline(time.Now().Add(time.Minute))
 		}
-		if _, err := c.nc.Write(buf); err != nil {
+		iov = out[:0]
+		if _, err := out.WriteTo(c.nc); err != nil {
 			c.log.Debug("Kafka connection write failed", "err", err)
 			broken = true
 			c.cancel()
 			c.nc.Close()
 		}
+		releaseRecords(sl.records) // written: the record buffers are free
+		clear(iov[:cap(iov)])      // keep no entries alive
 		if cap(buf) > keptWriteBuffer {
 			buf = nil
 		}
 	}
 }
 
+// appendFrame appends sl's response, encoded whole, as a frame: size,
+// header, body.
+func (c *conn) appendFrame(buf []byte, sl *slot) []byte {
+	buf = append(buf, 0, 0, 0, 0)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(sl.correlation))
+	if sl.resp.IsFlexible() && sl.key != apiVersionsKey {
+		buf = append(buf, 0) // no header tags
+	}
+	buf = sl.resp.AppendTo(buf)
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	return buf
+}
+
 // keptWriteBuffer bounds the response buffer a connection keeps between
-// responses: one fetch of a few partitions at their default 1 MiB each
-// fits, without holding more per idle connection.
+// responses.
 const keptWriteBuffer = 8 << 20
 
 // fetchResponseSize is an upper estimate of fr's encoded size: its record
