@@ -32,6 +32,7 @@ var brokerSettings = []setting{
 	{"schema-validation-enforced", "false", "bool", "refuse producers without a schema on topics that have one"},
 	{"max-message-size", strconv.Itoa(frame.DefaultMaxMessageSize), "bytes", "largest message (or batch) a client may send; announced to Pulsar clients; Kafka record batches above it get MESSAGE_TOO_LARGE"},
 	{"kafka-max-request-size", strconv.Itoa(kafka.DefaultMaxRequestSize), "bytes", "largest Kafka request accepted; a larger one closes the connection (Kafka's socket.request.max.bytes)"},
+	{"kafka-read-ahead-size", strconv.Itoa(kafka.DefaultReadAheadSize), "bytes", "memory for entries read ahead of Kafka consumers that are behind (read while the client decodes the last fetch), shared by all partitions; 0: no read-ahead"},
 	{"kafka-group-initial-rebalance-delay", "3s", "duration", "how long a Kafka consumer group that was empty waits for more members before its first assignment (Kafka's group.initial.rebalance.delay.ms); 0: no wait"},
 	{"kafka-namespace", "public/default", "tenant/namespace", "where the topics Kafka clients name without a tenant and namespace live (\"foo\" is persistent://public/default/foo)"},
 	{"entry-cache-size", "268435456", "bytes", "memory for recently written entries, shared by all topics; tailing consumers read from it"},
@@ -50,6 +51,7 @@ type brokerConfig struct {
 	SchemaValidation    bool
 	MaxMessageSize      int
 	KafkaMaxRequestSize int
+	KafkaReadAheadSize  int64
 	KafkaTenant         string
 	KafkaNamespace      string
 	// KafkaGroupInitialRebalanceDelay: negative for none.
@@ -73,6 +75,15 @@ type brokerConfig struct {
 	// Load reports and shedding (magnetar broker's settings; 0: defaults).
 	LoadReportInterval, LoadShedInterval time.Duration
 	LoadShedThreshold                    float64
+}
+
+// kafkaReadAhead is the Kafka server's ReadAheadSize: off (negative) for
+// a setting of 0.
+func (c brokerConfig) kafkaReadAhead() int64 {
+	if c.KafkaReadAheadSize == 0 {
+		return -1
+	}
+	return c.KafkaReadAheadSize
 }
 
 func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
@@ -106,6 +117,11 @@ func resolveBroker(sv *settingValues, list []setting) (brokerConfig, error) {
 	if cfg.KafkaMaxRequestSize < cfg.MaxMessageSize+1024 {
 		return cfg, fmt.Errorf("--kafka-max-request-size %d: must be above --max-message-size (%d) by at least 1024", cfg.KafkaMaxRequestSize, cfg.MaxMessageSize)
 	}
+	readAhead, err := check(sv, s("kafka-read-ahead-size"), parseIntRange(0, 1<<40))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.KafkaReadAheadSize = int64(readAhead)
 	kns, err := check(sv, s("kafka-namespace"), parseNamespace)
 	if err != nil {
 		return cfg, err
@@ -225,6 +241,7 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 	defer kcancel()
 	if b.kafka, err = kafka.NewServer(kctx, kafka.Config{Broker: b.broker, AdvertisedHost: kafkaHost, AdvertisedPort: int32(port),
 		MaxRequestSize: cfg.KafkaMaxRequestSize, MaxMessageSize: cfg.MaxMessageSize,
+		ReadAheadSize: cfg.kafkaReadAhead(),
 		InitialRebalanceDelay: cfg.KafkaGroupInitialRebalanceDelay,
 		Logger:                log.With("component", "kafka")}); err != nil {
 		return nil, err

@@ -44,6 +44,8 @@ type fetchPart struct {
 	fixed  bool            // answered with an error: not read again
 	recs   records         // the record batches read (resp.RecordBatches stays empty)
 	served int64           // messages from the fetch offset on in recs
+	next   int64           // the offset after recs
+	n      int             // entries in recs
 }
 
 func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
@@ -91,6 +93,11 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 		for i, fp := range parts {
 			if fp.t != nil && fp.served > 0 && fp.recs.size > 0 {
 				fp.t.KafkaServed(fp.served, int64(fp.recs.size))
+				if fp.next < fp.resp.HighWatermark {
+					// Behind: read on while this response is written and
+					// decoded (readahead.go).
+					c.s.ahead.start(fp.t, fp.next, fp.n, int64(fp.recs.size))
+				}
 			}
 			recs[i] = &fp.recs
 		}
@@ -114,7 +121,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 		errsOf := make([]error, len(parts))
 		for _, fp := range parts {
 			fp.recs.clear()
-			fp.served = 0
+			fp.served, fp.n = 0, 0
 		}
 		read := 0
 		for i := 0; i < len(parts) && read < maxBytes; {
@@ -154,7 +161,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 			n := fp.recs.size
 			if total > 0 && total+n > maxBytes {
 				fp.recs.clear() // over the request's limit: next time
-				fp.served, n = 0, 0
+				fp.served, fp.n, n = 0, 0, 0
 			}
 			total += n
 		}
@@ -224,8 +231,19 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 	// Entries are read a few at a time, more as they prove small: a
 	// batch of a MiB fills the budget alone, and entries read past the
 	// budget would be read again by the next fetch.
-	for n := 1; off < hw && r.size < budget; n = min(2*n, maxFetchEntries) {
-		es, err := readAt(ctx, fp.t, off, n)
+	fp.n = 0
+	full := false
+	for n := 1; !full && off < hw && r.size < budget; n = min(2*n, maxFetchEntries) {
+		var es []ledger.Entry
+		var err error
+		if fp.n == 0 {
+			if got, ok := s.ahead.take(ctx, fp.t, off); ok {
+				es, n = got, len(got)
+			}
+		}
+		if es == nil {
+			es, err = readAt(ctx, fp.t, off, n)
+		}
 		if err != nil {
 			if r.size > 0 {
 				break // serve what was read; the error comes back next time
@@ -272,17 +290,18 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 			}
 			if r.size > budget && before.size > 0 {
 				r.reset(before)
-				off = hw // stop
+				full = true
 				break
 			}
 			off = e.Header.NextOffset()
+			fp.n++
 			fp.t.SetKafkaReadHint(off, ml.Next(e.Position))
 			if r.size >= budget {
 				break
 			}
 		}
 	}
-	fp.served = 0
+	fp.served, fp.next = 0, off
 	if r.size > 0 {
 		fp.served = off - fp.req.FetchOffset
 	}

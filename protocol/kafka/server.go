@@ -41,6 +41,8 @@ import (
 // Defaults of Config.
 const (
 	DefaultMaxRequestSize = 100 << 20 // Kafka's socket.request.max.bytes
+	// DefaultReadAheadSize bounds the entries read ahead of consumers.
+	DefaultReadAheadSize = 64 << 20
 	DefaultMaxMessageSize = 5 << 20   // largest record batch, as for Pulsar messages
 	// maxInFlight bounds the requests of one connection read but not yet
 	// answered; the reader waits beyond it.
@@ -64,6 +66,10 @@ type Config struct {
 	// MaxRequestSize: a request larger than this closes the connection
 	// (default DefaultMaxRequestSize).
 	MaxRequestSize int
+	// ReadAheadSize bounds the bytes of entries read ahead of consumers
+	// that are behind, all partitions together (readahead.go). 0:
+	// DefaultReadAheadSize; negative: no read-ahead.
+	ReadAheadSize int64
 	// MaxMessageSize: a record batch larger than this is refused with
 	// MESSAGE_TOO_LARGE (default DefaultMaxMessageSize).
 	MaxMessageSize int
@@ -92,6 +98,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxRequestSize == 0 {
 		c.MaxRequestSize = DefaultMaxRequestSize
 	}
+	if c.ReadAheadSize == 0 {
+		c.ReadAheadSize = DefaultReadAheadSize
+	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize
 	}
@@ -118,7 +127,8 @@ type Server struct {
 	cfg    Config
 	b      *broker.Broker
 	log    *slog.Logger
-	groups *groups // the consumer group coordinator (groups.go)
+	groups *groups     // the consumer group coordinator (groups.go)
+	ahead  *readAhead  // entries read ahead of consumers (readahead.go)
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -136,6 +146,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger,
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
+	s.ahead = newReadAhead(cfg.ReadAheadSize)
 	s.groups = newGroups(s)
 	if err := s.groups.load(ctx); err != nil {
 		return nil, fmt.Errorf("kafka: restoring consumer groups: %w", err)

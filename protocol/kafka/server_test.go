@@ -29,6 +29,7 @@ func testLogger() *slog.Logger {
 type testServer struct {
 	addr   string
 	broker *broker.Broker
+	srv    *Server
 }
 
 func startServer(t testing.TB, tweak func(*Config)) *testServer {
@@ -54,7 +55,7 @@ func startServer(t testing.TB, tweak func(*Config)) *testServer {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	return &testServer{addr: ln.Addr().String(), broker: b}
+	return &testServer{addr: ln.Addr().String(), broker: b, srv: srv}
 }
 
 // client speaks the Kafka framing over one connection.

@@ -1,0 +1,123 @@
+package kafka
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/magnetar-io/magnetar/broker"
+	"github.com/magnetar-io/magnetar/ledger"
+)
+
+// Read-ahead for consumers catching up. A Kafka client has one fetch in
+// flight per broker, and it decodes a response before sending the next
+// fetch: with the broker reading from storage only once asked, the
+// broker's reads and the client's decoding take turns, each leaving the
+// other's CPU idle. So when a fetch leaves data behind in a partition (the
+// consumer is behind its high watermark), the entries after what it
+// served are read at once, while the response is written and decoded; the
+// next fetch that starts at that offset takes them instead of reading.
+//
+// What is held is bounded: a read-ahead reads about what the fetch served
+// for that partition (within its PartitionMaxBytes), the bytes held by all
+// read-aheads together within Config.ReadAheadBytes (none start beyond
+// it), and what no fetch takes within readAheadTTL is dropped. Entries are
+// immutable once read, so serving them later is serving what a read then
+// would give; a fetch checks the offset range before it looks here.
+
+// readAheadTTL is how long entries read ahead wait for the fetch that
+// takes them.
+const readAheadTTL = 5 * time.Second
+
+// readAheadTimeout bounds the read of one read-ahead.
+const readAheadTimeout = 10 * time.Second
+
+type aheadKey struct {
+	t      *broker.Topic
+	offset int64 // of the first record the entries hold
+}
+
+// ahead is one read-ahead: entries starting at its key's offset, read by
+// the time ready is closed (none if the read failed).
+type ahead struct {
+	ready   chan struct{}
+	entries []ledger.Entry
+	size    int64 // bytes reserved
+	timer   *time.Timer
+}
+
+// readAhead holds the read-aheads of a server.
+type readAhead struct {
+	limit int64         // bytes; 0 or less: off
+	ttl   time.Duration // readAheadTTL
+
+	mu    sync.Mutex
+	held  map[aheadKey]*ahead
+	bytes int64 // reserved by held
+}
+
+func newReadAhead(limit int64) *readAhead {
+	return &readAhead{limit: limit, ttl: readAheadTTL, held: make(map[aheadKey]*ahead)}
+}
+
+// start reads n entries of t from the one starting at offset (a read hint
+// of t says where it is), expecting about size bytes, unless that is
+// already held or would take the read-aheads beyond their limit.
+func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
+	if ra.limit <= 0 || n <= 0 {
+		return
+	}
+	k := aheadKey{t, offset}
+	ra.mu.Lock()
+	if _, ok := ra.held[k]; ok || ra.bytes+size > ra.limit {
+		ra.mu.Unlock()
+		return
+	}
+	a := &ahead{ready: make(chan struct{}), size: size}
+	ra.held[k] = a
+	ra.bytes += size
+	a.timer = time.AfterFunc(ra.ttl, func() { ra.drop(k, a) })
+	ra.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), readAheadTimeout)
+		defer cancel()
+		es, err := readAt(ctx, t, offset, n)
+		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
+			a.entries = es
+		}
+		close(a.ready)
+	}()
+}
+
+// drop forgets a if it is still held under k.
+func (ra *readAhead) drop(k aheadKey, a *ahead) {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if ra.held[k] == a {
+		delete(ra.held, k)
+		ra.bytes -= a.size
+	}
+}
+
+// take returns the entries read ahead of t from offset, waiting for their
+// read if it is under way; false if there are none.
+func (ra *readAhead) take(ctx context.Context, t *broker.Topic, offset int64) ([]ledger.Entry, bool) {
+	k := aheadKey{t, offset}
+	ra.mu.Lock()
+	a, ok := ra.held[k]
+	if ok {
+		delete(ra.held, k)
+		ra.bytes -= a.size
+		a.timer.Stop()
+	}
+	ra.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	select {
+	case <-a.ready:
+	case <-ctx.Done():
+		return nil, false
+	}
+	return a.entries, a.entries != nil
+}

@@ -1,0 +1,190 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/magnetar-io/magnetar/broker"
+)
+
+// held returns the offsets read ahead of and the bytes reserved.
+func (ra *readAhead) heldOffsets() ([]int64, int64) {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	var offs []int64
+	for k := range ra.held {
+		offs = append(offs, k.offset)
+	}
+	slices.Sort(offs)
+	return offs, ra.bytes
+}
+
+// produceBatches produces n batches of 3 records to partition 0 of topic
+// and returns every value in offset order.
+func produceBatches(t *testing.T, c *client, topic string, n int) []string {
+	t.Helper()
+	var all []string
+	for i := range n {
+		vs := []string{fmt.Sprintf("b%d-0", i), fmt.Sprintf("b%d-1", i), fmt.Sprintf("b%d-2", i)}
+		if p := produce(t, c, topic, plainBatch(vs...)); p.ErrorCode != 0 {
+			t.Fatalf("produce: error %d", p.ErrorCode)
+		}
+		all = append(all, vs...)
+	}
+	return all
+}
+
+// fetchSome fetches partition 0 of topic from offset with a small
+// partition limit, and returns the values from offset on and the next
+// offset.
+func fetchSome(t *testing.T, c *client, topic string, offset int64, limit int32) ([]string, int64) {
+	t.Helper()
+	req := fetchReq(topic, offset, 0)
+	req.Topics[0].Partitions[0].PartitionMaxBytes = limit
+	resp := roundTrip[*kmsg.FetchResponse](c, req)
+	p := resp.Topics[0].Partitions[0]
+	if p.ErrorCode != 0 {
+		t.Fatalf("fetch at %d: error %d", offset, p.ErrorCode)
+	}
+	bs, err := broker.SplitRecordBatches(p.RecordBatches)
+	if err != nil || len(bs) == 0 {
+		t.Fatalf("fetch at %d: %d batches, %v", offset, len(bs), err)
+	}
+	var vs []string
+	next := offset
+	for _, b := range bs {
+		_, recs, err := broker.ReadRecords(b.Bytes, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range recs {
+			if o := b.Header.BaseOffset + int64(i); o >= offset {
+				vs = append(vs, string(r.Value))
+				next = o + 1
+			}
+		}
+	}
+	return vs, next
+}
+
+// A consumer that is behind has what follows each fetch read ahead, and
+// the next fetch takes it: the values come back as produced, each read
+// ahead is taken by the fetch after it, and none is left once the
+// consumer has caught up.
+func TestReadAheadServesTheNextFetch(t *testing.T) {
+	s := startServer(t, nil)
+	c := s.dial(t)
+	createTopic(t, c, "ra", 1)
+	want := produceBatches(t, c, "ra", 30)
+	var got []string
+	off := int64(0)
+	for fetches := 0; off < int64(len(want)); fetches++ {
+		if fetches > len(want) {
+			t.Fatal("no progress")
+		}
+		vs, next := fetchSome(t, c, "ra", off, 200) // about two batches
+		got = append(got, vs...)
+		held, _ := s.srv.ahead.heldOffsets()
+		if next < int64(len(want)) && !slices.Equal(held, []int64{next}) {
+			t.Fatalf("after the fetch at %d (next %d): read ahead of %v, want [%d] alone (the one before taken)", off, next, held, next)
+		}
+		off = next
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("values read with read-ahead differ from those produced:\n%q\nwant\n%q", got, want)
+	}
+	if held, bytes := s.srv.ahead.heldOffsets(); len(held) != 0 || bytes != 0 {
+		t.Fatalf("caught up, yet read ahead of %v (%d bytes)", held, bytes)
+	}
+}
+
+func TestReadAheadBounds(t *testing.T) {
+	t.Run("off", func(t *testing.T) {
+		s := startServer(t, func(c *Config) { c.ReadAheadSize = -1 })
+		c := s.dial(t)
+		createTopic(t, c, "off", 1)
+		produceBatches(t, c, "off", 10)
+		fetchSome(t, c, "off", 0, 200)
+		if held, _ := s.srv.ahead.heldOffsets(); len(held) != 0 {
+			t.Fatalf("read-ahead off, yet read ahead of %v", held)
+		}
+	})
+	t.Run("over the limit", func(t *testing.T) {
+		s := startServer(t, func(c *Config) { c.ReadAheadSize = 100 }) // less than a fetch serves
+		c := s.dial(t)
+		createTopic(t, c, "small", 1)
+		produceBatches(t, c, "small", 10)
+		fetchSome(t, c, "small", 0, 200)
+		if held, _ := s.srv.ahead.heldOffsets(); len(held) != 0 {
+			t.Fatalf("beyond the limit, yet read ahead of %v", held)
+		}
+	})
+	t.Run("dropped when not taken", func(t *testing.T) {
+		s := startServer(t, nil)
+		s.srv.ahead.ttl = 50 * time.Millisecond
+		c := s.dial(t)
+		createTopic(t, c, "ttl", 1)
+		produceBatches(t, c, "ttl", 10)
+		_, next := fetchSome(t, c, "ttl", 0, 200)
+		if held, bytes := s.srv.ahead.heldOffsets(); !slices.Equal(held, []int64{next}) || bytes <= 0 {
+			t.Fatalf("after a fetch: read ahead of %v (%d bytes), want [%d]", held, bytes, next)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			held, bytes := s.srv.ahead.heldOffsets()
+			if len(held) == 0 && bytes == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("read ahead of %v (%d bytes) still held long after its time to live", held, bytes)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// The next fetch reads for itself.
+		if vs, _ := fetchSome(t, c, "ttl", next, 200); len(vs) == 0 || vs[0] != fmt.Sprintf("b%d-%d", next/3, next%3) {
+			t.Fatalf("fetch after the read-ahead was dropped: %q", vs)
+		}
+	})
+}
+
+// take waits for a read-ahead under way, and gives nothing for an offset
+// nobody read ahead of or once its context ends.
+func TestReadAheadTakeWaits(t *testing.T) {
+	ra := newReadAhead(1 << 20)
+	k := aheadKey{offset: 7}
+	a := &ahead{ready: make(chan struct{}), size: 10, timer: time.NewTimer(time.Hour)}
+	ra.held[k], ra.bytes = a, 10
+	if _, ok := ra.take(context.Background(), nil, 8); ok {
+		t.Fatal("took a read-ahead of another offset")
+	}
+	got := make(chan bool)
+	go func() {
+		_, ok := ra.take(context.Background(), nil, 7)
+		got <- ok
+	}()
+	select {
+	case <-got:
+		t.Fatal("take returned before the read finished")
+	case <-time.After(50 * time.Millisecond):
+	}
+	a.entries = nil // the read failed
+	close(a.ready)
+	if ok := <-got; ok {
+		t.Fatal("a failed read-ahead was taken")
+	}
+	if held, bytes := ra.heldOffsets(); len(held) != 0 || bytes != 0 {
+		t.Fatalf("after take: %v held, %d bytes", held, bytes)
+	}
+	b := &ahead{ready: make(chan struct{}), size: 5, timer: time.NewTimer(time.Hour)}
+	ra.held[k], ra.bytes = b, 5
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, ok := ra.take(ctx, nil, 7); ok {
+		t.Fatal("take with an ended context returned entries")
+	}
+}
