@@ -241,7 +241,7 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 	defer kcancel()
 	if b.kafka, err = kafka.NewServer(kctx, kafka.Config{Broker: b.broker, AdvertisedHost: kafkaHost, AdvertisedPort: int32(port),
 		MaxRequestSize: cfg.KafkaMaxRequestSize, MaxMessageSize: cfg.MaxMessageSize,
-		ReadAheadSize: cfg.kafkaReadAhead(),
+		ReadAheadSize:         cfg.kafkaReadAhead(),
 		InitialRebalanceDelay: cfg.KafkaGroupInitialRebalanceDelay,
 		Logger:                log.With("component", "kafka")}); err != nil {
 		return nil, err

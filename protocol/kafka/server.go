@@ -42,8 +42,8 @@ import (
 const (
 	DefaultMaxRequestSize = 100 << 20 // Kafka's socket.request.max.bytes
 	// DefaultReadAheadSize bounds the entries read ahead of consumers.
-	DefaultReadAheadSize = 64 << 20
-	DefaultMaxMessageSize = 5 << 20   // largest record batch, as for Pulsar messages
+	DefaultReadAheadSize  = 64 << 20
+	DefaultMaxMessageSize = 5 << 20 // largest record batch, as for Pulsar messages
 	// maxInFlight bounds the requests of one connection read but not yet
 	// answered; the reader waits beyond it.
 	maxInFlight = 64
@@ -127,8 +127,8 @@ type Server struct {
 	cfg    Config
 	b      *broker.Broker
 	log    *slog.Logger
-	groups *groups     // the consumer group coordinator (groups.go)
-	ahead  *readAhead  // entries read ahead of consumers (readahead.go)
+	groups *groups    // the consumer group coordinator (groups.go)
+	ahead  *readAhead // entries read ahead of consumers (readahead.go)
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
