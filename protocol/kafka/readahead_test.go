@@ -12,7 +12,7 @@ import (
 	"github.com/magnetar-io/magnetar/broker"
 )
 
-// held returns the offsets read ahead of and the bytes reserved.
+// heldOffsets returns the offsets read ahead of and the bytes reserved.
 func (ra *readAhead) heldOffsets() ([]int64, int64) {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
@@ -104,26 +104,24 @@ func TestReadAheadServesTheNextFetch(t *testing.T) {
 }
 
 func TestReadAheadBounds(t *testing.T) {
-	t.Run("off", func(t *testing.T) {
-		s := startServer(t, func(c *Config) { c.ReadAheadSize = -1 })
-		c := s.dial(t)
-		createTopic(t, c, "off", 1)
-		produceBatches(t, c, "off", 10)
-		fetchSome(t, c, "off", 0, 200)
-		if held, _ := s.srv.ahead.heldOffsets(); len(held) != 0 {
-			t.Fatalf("read-ahead off, yet read ahead of %v", held)
-		}
-	})
-	t.Run("over the limit", func(t *testing.T) {
-		s := startServer(t, func(c *Config) { c.ReadAheadSize = 100 }) // less than a fetch serves
-		c := s.dial(t)
-		createTopic(t, c, "small", 1)
-		produceBatches(t, c, "small", 10)
-		fetchSome(t, c, "small", 0, 200)
-		if held, _ := s.srv.ahead.heldOffsets(); len(held) != 0 {
-			t.Fatalf("beyond the limit, yet read ahead of %v", held)
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		size int64
+	}{
+		{"off", -1},
+		{"over the limit", 100}, // less than a fetch serves
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServer(t, func(c *Config) { c.ReadAheadSize = tc.size })
+			c := s.dial(t)
+			createTopic(t, c, "t", 1)
+			produceBatches(t, c, "t", 10)
+			fetchSome(t, c, "t", 0, 200)
+			if held, _ := s.srv.ahead.heldOffsets(); len(held) != 0 {
+				t.Fatalf("read-ahead size %d, yet read ahead of %v", tc.size, held)
+			}
+		})
+	}
 	t.Run("dropped when not taken", func(t *testing.T) {
 		s := startServer(t, nil)
 		s.srv.ahead.ttl = 50 * time.Millisecond
