@@ -19,7 +19,7 @@ func hundred() []msg {
 	var ms []msg
 	seq := int64(0)
 	for i := range 100 {
-		m := msg{seq: seq}
+		m := msg{seq: seq, framed: i%3 == 0}
 		if i%10 == 9 {
 			m.batch = 10
 		}
@@ -55,13 +55,20 @@ func TestPublishOrderPositionsOffsets(t *testing.T) {
 	if got := ml.LastConfirmed(); got != rs[len(rs)-1].ID.Position {
 		t.Fatalf("LastConfirmed = %v, want %v", got, rs[len(rs)-1].ID.Position)
 	}
-	// What is stored is what was sent, behind the ledger's header.
+	// What is stored is what was sent, behind the ledger's header, in
+	// place or copied.
+	for _, i := range []int{8, 9} {
+		es, err := ml.Read(testCtx(t), rs[i].ID.Position, 1)
+		if err != nil || len(es) != 1 {
+			t.Fatalf("read: %v, %d entries", err, len(es))
+		}
+		if want := ms[i].request(t, "p").Data; string(es[0].Payload) != string(want) {
+			t.Fatalf("entry %d (framed %v): stored payload differs from the one sent", i, ms[i].framed)
+		}
+	}
 	es, err := ml.Read(testCtx(t), rs[9].ID.Position, 1)
 	if err != nil || len(es) != 1 {
 		t.Fatalf("read: %v, %d entries", err, len(es))
-	}
-	if want := ms[9].request(t, "p").Data; string(es[0].Payload) != string(want) {
-		t.Fatalf("stored payload differs from the one sent")
 	}
 	if es[0].Header.Format != ledger.FormatPulsar || es[0].Header.Messages != 10 || es[0].Header.FirstOffset != rs[9].Offset {
 		t.Fatalf("stored header %+v", es[0].Header)

@@ -234,15 +234,21 @@ func entry(t testing.TB, producer string, seq uint64, key string, payload []byte
 type msg struct {
 	seq   int64
 	key   string
-	batch int // 0: a single message
+	batch  int  // 0: a single message
+	framed bool // published with ledger.AppendRoom in front (PublishRequest.Framed)
 }
 
 func (m msg) messages() int32 { return int32(max(m.batch, 1)) }
 
 func (m msg) request(t testing.TB, producer string) PublishRequest {
 	data := entry(t, producer, uint64(m.seq), m.key, fmt.Appendf(nil, "payload-%d", m.seq), m.batch)
-	return PublishRequest{SequenceID: m.seq, HighestSequenceID: m.seq + int64(m.messages()) - 1,
+	req := PublishRequest{SequenceID: m.seq, HighestSequenceID: m.seq + int64(m.messages()) - 1,
 		Messages: m.messages(), Data: data}
+	if m.framed {
+		req.Framed = append(make([]byte, ledger.AppendRoom), data...)
+		req.Data = req.Framed[ledger.AppendRoom:]
+	}
+	return req
 }
 
 // publish stores one entry and waits for its result.

@@ -356,6 +356,10 @@ type PublishRequest struct {
 	HighestSequenceID int64 // last sequence id of the entry (≥ SequenceID)
 	Messages          int32
 	Data              []byte // the caller's again when Publish returns
+	// Framed, if set, is Data with ledger.AppendRoom free bytes in front
+	// of it: the entry is stored in place (ledger.AppendInPlace), and
+	// Framed is the topic's from then on.
+	Framed []byte
 }
 
 // PublishResult is the outcome of a publish.
@@ -400,7 +404,7 @@ func (p *Producer) Publish(req PublishRequest, done func(PublishResult)) {
 	}
 	name, highest := p.name, req.HighestSequenceID
 	msgs, size := int64(req.Messages), int64(len(req.Data))
-	t.ml.Append(req.Data, ledger.FormatPulsar, req.Messages, func(pos ledger.Position, offset int64, err error) {
+	stored := func(pos ledger.Position, offset int64, err error) {
 		if d != nil {
 			t.dedupMu.Lock()
 			if err == nil {
@@ -422,7 +426,12 @@ func (p *Producer) Publish(req PublishRequest, done func(PublishResult)) {
 		t.in.add(t.b.cfg.Clock, msgs, size)
 		t.entriesAdded.Add(1)
 		done(PublishResult{ID: MessageID{Position: pos, BatchIndex: -1, Partition: partition}, Offset: offset})
-	})
+	}
+	if req.Framed != nil {
+		t.ml.AppendInPlace(req.Framed, ledger.FormatPulsar, req.Messages, stored)
+	} else {
+		t.ml.Append(req.Data, ledger.FormatPulsar, req.Messages, stored)
+	}
 	t.dedupMu.Unlock()
 }
 

@@ -45,6 +45,25 @@ type pendingAdd struct {
 // callbacks run in that order, one at a time (see deliverLocked), and a
 // success is reported only when every earlier append succeeded.
 func (ml *ManagedLedger) Append(payload []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
+	ml.append(nil, payload, format, messages, done)
+}
+
+// AppendRoom is the room AppendInPlace wants in front of a payload: the
+// bookie entry header's and the managed ledger's.
+const AppendRoom = entry.HeaderSize + HeaderSize
+
+// AppendInPlace is Append of the payload buf[AppendRoom:], with the
+// headers written in the room in front of it instead of into a copy. buf
+// is the managed ledger's from then on (the stored entry, kept by the
+// cache): the caller must not change it. A buf shorter than AppendRoom is
+// an error (done).
+func (ml *ManagedLedger) AppendInPlace(buf []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
+	ml.append(buf, nil, format, messages, done)
+}
+
+// append is Append of payload, or in place of framed[AppendRoom:] when
+// framed is set.
+func (ml *ManagedLedger) append(framed, payload []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
 	p := &pendingAdd{done: done}
 	if ml.cfg.AddLatency != nil {
 		p.start = time.Now()
@@ -58,6 +77,13 @@ func (ml *ManagedLedger) Append(payload []byte, format Format, messages int32, d
 	if err == nil && format != FormatPulsar && format != FormatKafka {
 		err = fmt.Errorf("ledger: managed ledger %s: append in unknown %v", ml.name, format)
 	}
+	if err == nil && framed != nil {
+		if len(framed) < AppendRoom {
+			err = fmt.Errorf("ledger: managed ledger %s: append in place of %d bytes, less than the %d-byte room for headers", ml.name, len(framed), AppendRoom)
+		} else {
+			payload = framed[AppendRoom:]
+		}
+	}
 	if err != nil {
 		p.finished, p.err = true, err
 		ml.mu.Unlock()
@@ -70,13 +96,19 @@ func (ml *ManagedLedger) Append(payload []byte, format Format, messages int32, d
 	p.h = Header{Format: format, FirstOffset: ml.nextOffset, Messages: messages, PublishTime: pub}
 	ml.nextOffset += int64(messages)
 	// A writer that takes the entry in place gets room for its own header
-	// in front: one copy of the payload fewer.
+	// in front: one copy of the payload fewer (two with framed).
 	rw, inPlace := c.w.(reservingWriter)
 	room := 0
 	if inPlace {
 		room = entry.HeaderSize
 	}
-	buf := append(AppendHeader(make([]byte, room, room+HeaderSize+len(payload)), p.h), payload...)
+	var buf []byte
+	if framed != nil {
+		AppendHeader(framed[:entry.HeaderSize], p.h) // fills framed[entry.HeaderSize:AppendRoom]
+		buf = framed[entry.HeaderSize-room:]
+	} else {
+		buf = append(AppendHeader(make([]byte, room, room+HeaderSize+len(payload)), p.h), payload...)
+	}
 	p.data = buf[room:]
 	p.cur, p.entry, p.lacAtSend = c, c.sent, c.l.entries-1
 	c.sent++

@@ -662,3 +662,63 @@ func TestAddLatency(t *testing.T) {
 		t.Fatalf("latencies sum to %v s", sum)
 	}
 }
+
+// AppendInPlace stores what Append would, between Appends, without a
+// copy: the cache holds the caller's buffer; a buffer without the room
+// for headers is refused and the appends after it go on.
+func TestAppendInPlace(t *testing.T) {
+	ctx := testCtx(t)
+	env := newTestCluster(t, 1).factory()
+	ml := env.open(t, "t/inplace")
+	inPlace := func(payload string, messages int32) (appendResult, []byte) {
+		t.Helper()
+		buf := append(make([]byte, AppendRoom), payload...)
+		ch := make(chan appendResult, 1)
+		ml.AppendInPlace(buf, FormatKafka, messages, func(pos Position, off int64, err error) {
+			ch <- appendResult{pos, off, err}
+		})
+		return <-ch, buf
+	}
+	if r := mustAppend(t, ml, "a", 1); r.offset != 0 {
+		t.Fatalf("first append at offset %d", r.offset)
+	}
+	r, buf := inPlace("bb", 2)
+	if r.err != nil || r.offset != 1 {
+		t.Fatalf("append in place: offset %d, %v; want 1", r.offset, r.err)
+	}
+	if r := mustAppend(t, ml, "c", 1); r.offset != 3 {
+		t.Fatalf("append after one in place at offset %d, want 3", r.offset)
+	}
+	es, err := ml.Read(ctx, r.pos, 1)
+	if err != nil || len(es) != 1 || string(es[0].Payload) != "bb" || es[0].Header.Messages != 2 || es[0].Header.FirstOffset != 1 {
+		t.Fatalf("entry appended in place, from the cache: %+v, %v", es, err)
+	}
+	if &es[0].Payload[0] != &buf[AppendRoom] {
+		t.Fatal("the cache holds a copy of the buffer appended in place")
+	}
+	if r, _ := inPlace("", 1); r.err != nil {
+		// AppendRoom bytes and an empty payload: room enough.
+		t.Fatalf("append in place of an empty payload: %v", r.err)
+	}
+	short := make(chan error, 1)
+	ml.AppendInPlace(make([]byte, AppendRoom-1), FormatKafka, 1, func(_ Position, _ int64, err error) { short <- err })
+	if err := <-short; err == nil {
+		t.Fatal("a buffer shorter than AppendRoom was appended")
+	}
+	if r := mustAppend(t, ml, "d", 1); r.offset != 5 {
+		t.Fatalf("append after a refused one at offset %d, want 5", r.offset)
+	}
+	// From the bookies, after a reopen: the same entries.
+	if err := ml.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ml = env.open(t, "t/inplace")
+	es, err = ml.Read(ctx, ml.FirstPosition(), 10)
+	var got []string
+	for _, e := range es {
+		got = append(got, string(e.Payload))
+	}
+	if err != nil || strings.Join(got, ",") != "a,bb,c,,d" {
+		t.Fatalf("entries read from the bookies: %q, %v", got, err)
+	}
+}

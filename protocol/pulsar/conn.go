@@ -105,6 +105,7 @@ func (c *conn) serve() {
 	go c.writeLoop()
 	go c.keepAlive()
 	r := frame.NewReader(bufio.NewReaderSize(c.nc, 64<<10), c.srv.cfg.MaxMessageSize+frame.FramePadding)
+	r.SetRoom(ledger.AppendRoom) // a SEND's message is stored in place (handleSend)
 	for {
 		f, err := r.ReadFrame()
 		if err != nil {
@@ -652,21 +653,23 @@ func (c *conn) handleSend(f *frame.Frame) {
 	if n < 1 {
 		n = 1
 	}
-	data := f.HeadersAndPayload
+	data, framed := f.HeadersAndPayload, f.WithRoom(ledger.AppendRoom)
 	if !f.HasChecksum() {
 		// A client older than protocol v6 sent no checksum: store one, as
 		// today's clients refuse messages without it.
-		data = withChecksum(data)
+		data, framed = withChecksum(data), nil
 	}
 	req := broker.PublishRequest{SequenceID: int64(seq), HighestSequenceID: int64(m.GetHighestSequenceId()),
-		Messages: n, Data: data}
+		Messages: n, Data: data, Framed: framed}
+	// Not m itself: the frame reader reuses it for the next SEND.
+	highest, hasHighest := m.GetHighestSequenceId(), m.HighestSequenceId != nil
 	p.p.Publish(req, func(r broker.PublishResult) {
 		if r.Err != nil {
 			sendError(errorCode(r.Err), r.Err.Error())
 			return
 		}
 		receipt := frame.Receipt{ProducerID: pid, SequenceID: seq,
-			HighestSequenceID: m.GetHighestSequenceId(), HasHighest: m.HighestSequenceId != nil,
+			HighestSequenceID: highest, HasHighest: hasHighest,
 			Ledger: uint64(r.ID.Position.Ledger), Entry: uint64(r.ID.Position.Entry), Partition: r.ID.Partition}
 		c.queue(func(dst []byte) ([]byte, error) { return frame.AppendSendReceipt(dst, receipt), nil })
 	})

@@ -29,10 +29,11 @@ type sendCommand struct {
 	isChunk, marker      bool
 }
 
-// decodeSend decodes b as a BaseCommand holding a SEND whose fields are all
-// plain (no message_id, no unknown fields, nothing repeated). ok is false
-// for anything else, which the caller decodes generically.
-func decodeSend(b []byte) (_ *pulsarpb.BaseCommand, ok bool) {
+// decodeSend decodes b into c as a BaseCommand holding a SEND whose fields
+// are all plain (no message_id, no unknown fields, nothing repeated), and
+// returns c's command. ok is false for anything else, which the caller
+// decodes generically; c may have changed.
+func decodeSend(b []byte, c *sendCommand) (_ *pulsarpb.BaseCommand, ok bool) {
 	var sendBytes []byte
 	sawType, sawSend := false, false
 	for len(b) > 0 {
@@ -61,7 +62,7 @@ func decodeSend(b []byte) (_ *pulsarpb.BaseCommand, ok bool) {
 	if !sawType || !sawSend {
 		return nil, false
 	}
-	c := new(sendCommand)
+	*c = sendCommand{}
 	var seen uint16 // bit i: field i seen
 	for b := sendBytes; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)

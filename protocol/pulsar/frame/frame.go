@@ -126,6 +126,19 @@ type Frame struct {
 	// magic to the end of the frame. Nil when nothing follows the command, as
 	// for every simple command.
 	HeadersAndPayload []byte
+
+	framed []byte // HeadersAndPayload with the Reader's room in front, if it has it
+}
+
+// WithRoom returns HeadersAndPayload with n free bytes in front of it, in
+// one buffer, if the Reader left that room (Reader.SetRoom) and nothing
+// came between (broker entry metadata); else nil. The free bytes are the
+// caller's to write.
+func (f *Frame) WithRoom(n int) []byte {
+	if f.framed == nil || len(f.framed)-len(f.HeadersAndPayload) != n {
+		return nil
+	}
+	return f.framed
 }
 
 // HasChecksum reports whether the headers and payload start with the

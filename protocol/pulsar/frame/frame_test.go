@@ -560,3 +560,50 @@ func TestErrorsSayWhere(t *testing.T) {
 		t.Errorf("got %v, want ErrMalformed mentioning %q", err, want)
 	}
 }
+
+// SetRoom: the message buffer has the room in front of the headers and
+// payload (small and large messages), unless broker entry metadata comes
+// between; a frame cut short is still an error.
+func TestReaderLeavesRoom(t *testing.T) {
+	const room = 60
+	big := make([]byte, 3*eagerAlloc+12345)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	for _, payload := range [][]byte{[]byte("small"), big} {
+		full := must(t)(AppendPayloadCommand(nil, sendCmd(1, 1), metadata(1), payload))
+		r := NewReader(iotest.HalfReader(bytes.NewReader(full)), 0)
+		r.SetRoom(room)
+		f, err := r.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := f.Metadata()
+		if err != nil || !bytes.Equal(got, payload) || !f.ChecksumOK() {
+			t.Fatalf("%d-byte payload read with room: %v, equal %v, checksum %v", len(payload), err, bytes.Equal(got, payload), f.ChecksumOK())
+		}
+		buf := f.WithRoom(room)
+		if len(buf) != room+len(f.HeadersAndPayload) || &buf[room] != &f.HeadersAndPayload[0] {
+			t.Fatalf("%d-byte payload: WithRoom gave %d bytes, not the headers and payload with %d in front", len(payload), len(buf), room)
+		}
+		if f.WithRoom(room-1) != nil {
+			t.Fatal("WithRoom of less than the reader's room returned a buffer")
+		}
+		r = NewReader(bytes.NewReader(full[:len(full)-1]), 0)
+		r.SetRoom(room)
+		if _, err := r.ReadFrame(); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("%d-byte payload cut short, read with room: %v", len(payload), err)
+		}
+	}
+	stored := readAll(t, must(t)(AppendPayloadCommand(nil, sendCmd(1, 5), metadata(5), []byte("payload"))))[0].HeadersAndPayload
+	msg := must(t)(AppendMessage(nil, messageCmd(3, 7, 9), []byte{}, stored))
+	r := NewReader(bytes.NewReader(msg), 0)
+	r.SetRoom(room)
+	f, err := r.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(f.HeadersAndPayload, stored) || f.WithRoom(room) != nil {
+		t.Fatal("with broker entry metadata in front: WithRoom returned a buffer, or the message changed")
+	}
+}

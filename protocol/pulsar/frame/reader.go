@@ -36,7 +36,9 @@ type Reader struct {
 	err      error
 	off      int64 // stream offset of the next frame
 	hdr      [2 * sizeLen]byte
-	cmdBuf   []byte // reused for the bytes of commands up to maxReusedCommand
+	cmdBuf   []byte      // reused for the bytes of commands up to maxReusedCommand
+	send     sendCommand // reused for plain SEND commands
+	room     int         // free bytes in front of each message buffer (SetRoom)
 }
 
 // NewReader returns a Reader of r that refuses frames whose totalSize exceeds
@@ -50,6 +52,11 @@ func NewReader(r io.Reader, maxFrameSize int) *Reader {
 	return &Reader{br: bufio.NewReaderSize(r, readBufferSize), maxFrame: maxFrameSize}
 }
 
+// SetRoom makes the Reader leave n free bytes in front of the buffer of
+// what follows each command, for the caller to write headers of its own
+// there instead of copying the message (Frame.WithRoom).
+func (r *Reader) SetRoom(n int) { r.room = max(n, 0) }
+
 // ReadFrame reads the next frame. It returns io.EOF when the stream ends at a
 // frame boundary, io.ErrUnexpectedEOF (wrapped) when it ends inside a frame,
 // ErrFrameTooLarge or ErrMalformed (wrapped) for a bad frame, or the wrapped
@@ -59,10 +66,13 @@ func NewReader(r io.Reader, maxFrameSize int) *Reader {
 // Errors of the ErrMalformed and ErrFrameTooLarge classes say at which
 // stream offset the bad frame starts.
 //
-// The returned Frame belongs to the caller. Besides the Frame and its
-// decoded command, a frame costs one allocation: the buffer that holds what
-// follows the command, which BrokerEntryMetadata and HeadersAndPayload share.
-// (A command over 64 KiB, such as a large schema, also gets its own buffer.)
+// The returned Frame belongs to the caller, except the command of a plain
+// SEND: the Reader decodes it into memory of its own (a BaseCommand is
+// some 600 bytes, and one came with every message), valid until the next
+// ReadFrame. Besides the Frame and other decoded commands, a frame costs
+// one allocation: the buffer that holds what follows the command, which
+// BrokerEntryMetadata and HeadersAndPayload share. (A command over 64 KiB,
+// such as a large schema, also gets its own buffer.)
 func (r *Reader) ReadFrame() (*Frame, error) {
 	if r.err != nil {
 		return nil, r.err
@@ -110,12 +120,12 @@ func (r *Reader) readFrame() (*Frame, int64, error) {
 		cmdBytes = r.cmdBuf[:cmdSize]
 		err = r.readFull(cmdBytes)
 	} else {
-		cmdBytes, err = r.readMessage(int(cmdSize))
+		cmdBytes, err = r.readMessage(int(cmdSize), 0)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("frame: reading %d-byte command: %w", cmdSize, err)
 	}
-	cmd, err := decodeCommand(cmdBytes)
+	cmd, err := decodeCommand(cmdBytes, &r.send)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -126,10 +136,11 @@ func (r *Reader) readFrame() (*Frame, int64, error) {
 	if rest == 0 {
 		return f, frameLen, nil
 	}
-	b, err := r.readMessage(rest)
+	framed, err := r.readMessage(rest, r.room)
 	if err != nil {
 		return nil, 0, fmt.Errorf("frame: reading %d bytes after the %v command: %w", rest, cmd.GetType(), err)
 	}
+	b := framed[r.room:]
 	if len(b) >= magicLen && binary.BigEndian.Uint16(b) == MagicBrokerEntryMetadata {
 		if len(b) < magicLen+sizeLen {
 			return nil, 0, fmt.Errorf("%w: broker entry metadata size cut off (%d bytes after the command)", ErrMalformed, len(b))
@@ -144,14 +155,17 @@ func (r *Reader) readFrame() (*Frame, int64, error) {
 	}
 	if len(b) > 0 {
 		f.HeadersAndPayload = b
+		if len(framed)-len(b) == r.room {
+			f.framed = framed
+		}
 	}
 	return f, frameLen, nil
 }
 
 // decodeCommand decodes and checks a command: a plain SEND on the fast
-// path (fast.go), anything else generically.
-func decodeCommand(b []byte) (*pulsarpb.BaseCommand, error) {
-	if cmd, ok := decodeSend(b); ok {
+// path (fast.go) into send, anything else generically.
+func decodeCommand(b []byte, send *sendCommand) (*pulsarpb.BaseCommand, error) {
+	if cmd, ok := decodeSend(b, send); ok {
 		return cmd, nil
 	}
 	return decodeGeneric(b)
@@ -169,22 +183,23 @@ func decodeGeneric(b []byte) (*pulsarpb.BaseCommand, error) {
 	return cmd, nil
 }
 
-// readMessage reads the n bytes that follow the command into a new buffer.
-func (r *Reader) readMessage(n int) ([]byte, error) {
+// readMessage reads the n bytes that follow the command into a new buffer,
+// after room free bytes: the buffer is room+n bytes long.
+func (r *Reader) readMessage(n, room int) ([]byte, error) {
 	if n <= eagerAlloc {
-		b := make([]byte, n)
-		return b, r.readFull(b)
+		b := make([]byte, room+n)
+		return b, r.readFull(b[room:])
 	}
-	b := make([]byte, 0, eagerAlloc)
-	for len(b) < n {
+	b := make([]byte, room, room+eagerAlloc)
+	for len(b) < room+n {
 		if len(b) == cap(b) {
-			nb := make([]byte, len(b), min(2*cap(b), n))
+			nb := make([]byte, len(b), min(2*cap(b), room+n))
 			copy(nb, b)
 			b = nb
 		}
 		m, err := r.br.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
-		if err != nil && len(b) < n {
+		if err != nil && len(b) < room+n {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
