@@ -232,8 +232,8 @@ func entry(t testing.TB, producer string, seq uint64, key string, payload []byte
 
 // msg describes one entry to publish.
 type msg struct {
-	seq   int64
-	key   string
+	seq    int64
+	key    string
 	batch  int  // 0: a single message
 	framed bool // published with ledger.AppendRoom in front (PublishRequest.Framed)
 }
