@@ -185,7 +185,9 @@ func MessagesInBatch(b []byte) (n int32, set bool, err error) {
 	var required uint8 // bit i: required field i seen
 	for len(md) > 0 {
 		num, typ, tagLen := protowire.ConsumeTag(md)
-		if tagLen < 0 {
+		if tagLen < 0 || num > protowire.MaxValidNumber {
+			// ConsumeTag takes numbers up to 2^31-1; protobuf refuses
+			// those past 2^29-1: the parse gives its error.
 			return parsedMessagesInBatch(full)
 		}
 		md = md[tagLen:]
