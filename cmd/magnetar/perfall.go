@@ -86,7 +86,9 @@ func newPerfAllCommand(a *app) *cobra.Command {
    writes each followed by fdatasync at 64 KiB (bandwidth, and the latency
    of each write + fdatasync) and at 1 MiB (bandwidth); loopback TCP
    bandwidth (1 MiB writes) and the sender's CPU per MB. Each for
-   perf-limits-duration.
+   perf-limits-duration. The 64 KiB measurement is repeated after the
+   Magnetar loads (a virtual disk can change within a run; ratios use
+   the first).
 2. Magnetar standalone, started from this same binary as a child process
    with a fresh data directory in the scratch directory, on free loopback
    ports, with its defaults (fsync on) and no MAGNETAR_* environment; it is
@@ -239,6 +241,10 @@ func loadAt(kind string, rate float64) string { return fmt.Sprintf("%s-%g", kind
 // benchResults is everything a run measured.
 type benchResults struct {
 	disk64K, disk1M *syncedWrites
+	// disk64KAfter is the 64 KiB measurement again after the Magnetar
+	// loads: a virtual disk can change within a run (ratios use the
+	// figures from before).
+	disk64KAfter *syncedWrites
 	loopback        float64 // MB/s
 	// loopbackSendCPU is the loopback sender's CPU per MB sent (ms), the
 	// least a broker spends to send what a consumer reads; 0 if the
@@ -282,6 +288,9 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	err = b.measureLimits(ctx, dir, res)
 	if err == nil {
 		err = b.runMagnetar(ctx, exe, filepath.Join(dir, "standalone"), logs, res)
+	}
+	if err == nil {
+		err = b.measureDiskAgain(ctx, dir, res)
 	}
 	if err == nil {
 		err = b.runKFake(ctx, res.kfake)
@@ -358,6 +367,20 @@ func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResu
 		return fmt.Errorf("limits: loopback TCP: %w", err)
 	}
 	fmt.Fprintf(b.out, "loopback TCP: 1 MiB writes for %.1fs: %.2f MB/s; the sender's CPU per MB: %.3f ms\n", d.Seconds(), res.loopback, res.loopbackSendCPU)
+	return nil
+}
+
+// measureDiskAgain measures fsync'd 64 KiB writes again, after the
+// Magnetar loads, to show how the disk changed during the run.
+func (b *benchRun) measureDiskAgain(ctx context.Context, dir string, res *benchResults) error {
+	fmt.Fprintln(b.out, "\n[limits] the disk again, after the Magnetar loads")
+	var err error
+	if res.disk64KAfter, err = measureSyncedWrites(ctx, vfs.Default, dir, 64<<10, b.cfg.LimitsDuration); err != nil {
+		return fmt.Errorf("limits: fsync'd 64 KiB writes after the Magnetar loads: %w", err)
+	}
+	w := res.disk64KAfter
+	fmt.Fprintf(b.out, "disk: sequential 64 KiB writes + fdatasync for %.1fs: %.2f MB/s; each: p50 %.3f ms, p99 %.3f ms\n",
+		w.Elapsed.Seconds(), w.MBps(), ms(w.Latency.Quantile(0.5)), ms(w.Latency.Quantile(0.99)))
 	return nil
 }
 
@@ -1749,6 +1772,8 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 	limitRow("disk, 1 MiB writes + fdatasync, MB/s", res.disk1M, (*syncedWrites).MBps, "%.2f")
 	limitRow("fsync latency (64 KiB), p50 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.5)) }, "%.3f")
 	limitRow("fsync latency (64 KiB), p99 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
+	limitRow("disk, 64 KiB writes + fdatasync after the Magnetar loads, MB/s", res.disk64KAfter, (*syncedWrites).MBps, "%.2f")
+	limitRow("fsync latency (64 KiB) after the Magnetar loads, p99 ms", res.disk64KAfter, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
 	loop := "-"
 	if res.loopback > 0 {
 		loop = fmt.Sprintf("%.2f", res.loopback)

@@ -58,6 +58,8 @@ func perfAllMeasures(topics, partitions int) []string {
 	m := []string{
 		"limit: disk, 64 KiB writes + fdatasync, MB/s", "limit: disk, 1 MiB writes + fdatasync, MB/s",
 		"limit: fsync latency (64 KiB), p50 ms", "limit: fsync latency (64 KiB), p99 ms", "limit: loopback TCP, MB/s",
+		"limit: disk, 64 KiB writes + fdatasync after the Magnetar loads, MB/s",
+		"limit: fsync latency (64 KiB) after the Magnetar loads, p99 ms",
 		"limit: loopback TCP, the sender's CPU per MB, ms",
 	}
 	for _, r := range benchRows(perfAllConfig{Topics: topics, Partitions: partitions}) {
@@ -77,13 +79,13 @@ func checkPerfAllTable(t *testing.T, out string) {
 		t.Fatalf("no results table in:\n%s", out)
 	}
 	measures := perfAllMeasures(10, 30)
-	// 6 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
+	// 8 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
 	// and warm, the client's CPU and bound (4), publish at 2 rates × (3
 	// quantiles, the broker's share ×2), end to end at 2 rates × 3
 	// quantiles; Pulsar: the same latencies, batched produce (2), 10
 	// topics (3); 30 partitions open (5).
-	if len(measures) != 6+4+4+10+6+10+6+2+3+5 {
-		t.Fatalf("%d rows, want 56: %q", len(measures), measures)
+	if len(measures) != 8+4+4+10+6+10+6+2+3+5 {
+		t.Fatalf("%d rows, want 58: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
