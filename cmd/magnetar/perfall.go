@@ -245,7 +245,7 @@ type benchResults struct {
 	// loads: a virtual disk can change within a run (ratios use the
 	// figures from before).
 	disk64KAfter *syncedWrites
-	loopback        float64 // MB/s
+	loopback     float64 // MB/s
 	// loopbackSendCPU is the loopback sender's CPU per MB sent (ms), the
 	// least a broker spends to send what a consumer reads; 0 if the
 	// system does not say.
