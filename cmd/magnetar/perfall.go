@@ -354,15 +354,11 @@ func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResu
 	if res.disk64K, err = measureSyncedWrites(ctx, vfs.Default, dir, 64<<10, d); err != nil {
 		return fmt.Errorf("limits: fsync'd 64 KiB writes: %w", err)
 	}
-	w := res.disk64K
-	fmt.Fprintf(b.out, "disk: sequential 64 KiB writes + fdatasync for %.1fs: %.2f MB/s; each: p50 %.3f ms, p99 %.3f ms\n",
-		w.Elapsed.Seconds(), w.MBps(), ms(w.Latency.Quantile(0.5)), ms(w.Latency.Quantile(0.99)))
+	b.printSyncedWrites("64 KiB", res.disk64K)
 	if res.disk1M, err = measureSyncedWrites(ctx, vfs.Default, dir, 1<<20, d); err != nil {
 		return fmt.Errorf("limits: fsync'd 1 MiB writes: %w", err)
 	}
-	w = res.disk1M
-	fmt.Fprintf(b.out, "disk: sequential 1 MiB writes + fdatasync for %.1fs: %.2f MB/s; each: p50 %.3f ms, p99 %.3f ms\n",
-		w.Elapsed.Seconds(), w.MBps(), ms(w.Latency.Quantile(0.5)), ms(w.Latency.Quantile(0.99)))
+	b.printSyncedWrites("1 MiB", res.disk1M)
 	if res.loopback, res.loopbackSendCPU, err = measureLoopback(ctx, d); err != nil {
 		return fmt.Errorf("limits: loopback TCP: %w", err)
 	}
@@ -378,10 +374,15 @@ func (b *benchRun) measureDiskAgain(ctx context.Context, dir string, res *benchR
 	if res.disk64KAfter, err = measureSyncedWrites(ctx, vfs.Default, dir, 64<<10, b.cfg.LimitsDuration); err != nil {
 		return fmt.Errorf("limits: fsync'd 64 KiB writes after the Magnetar loads: %w", err)
 	}
-	w := res.disk64KAfter
-	fmt.Fprintf(b.out, "disk: sequential 64 KiB writes + fdatasync for %.1fs: %.2f MB/s; each: p50 %.3f ms, p99 %.3f ms\n",
-		w.Elapsed.Seconds(), w.MBps(), ms(w.Latency.Quantile(0.5)), ms(w.Latency.Quantile(0.99)))
+	b.printSyncedWrites("64 KiB", res.disk64KAfter)
 	return nil
+}
+
+// printSyncedWrites prints a measurement of size-byte writes each
+// followed by fdatasync.
+func (b *benchRun) printSyncedWrites(size string, w *syncedWrites) {
+	fmt.Fprintf(b.out, "disk: sequential %s writes + fdatasync for %.1fs: %.2f MB/s; each: p50 %.3f ms, p99 %.3f ms\n",
+		size, w.Elapsed.Seconds(), w.MBps(), ms(w.Latency.Quantile(0.5)), ms(w.Latency.Quantile(0.99)))
 }
 
 // measureLoopback sends 1 MiB writes over a TCP connection on 127.0.0.1
@@ -1774,16 +1775,15 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 	limitRow("fsync latency (64 KiB), p99 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
 	limitRow("disk, 64 KiB writes + fdatasync after the Magnetar loads, MB/s", res.disk64KAfter, (*syncedWrites).MBps, "%.2f")
 	limitRow("fsync latency (64 KiB) after the Magnetar loads, p99 ms", res.disk64KAfter, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
-	loop := "-"
-	if res.loopback > 0 {
-		loop = fmt.Sprintf("%.2f", res.loopback)
+	valueRow := func(measure string, v float64, format string) { // 0: not measured
+		cell := "-"
+		if v > 0 {
+			cell = fmt.Sprintf(format, v)
+		}
+		t.rows = append(t.rows, []string{"limit: " + measure, cell, "", "", "", "", ""})
 	}
-	t.rows = append(t.rows, []string{"limit: loopback TCP, MB/s", loop, "", "", "", "", ""})
-	send := "-"
-	if res.loopbackSendCPU > 0 {
-		send = fmt.Sprintf("%.3f", res.loopbackSendCPU)
-	}
-	t.rows = append(t.rows, []string{"limit: loopback TCP, the sender's CPU per MB, ms", send, "", "", "", "", ""})
+	valueRow("loopback TCP, MB/s", res.loopback, "%.2f")
+	valueRow("loopback TCP, the sender's CPU per MB, ms", res.loopbackSendCPU, "%.3f")
 
 	limits := benchLimits(res)
 	for _, row := range benchRows(cfg) {

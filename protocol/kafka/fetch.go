@@ -36,16 +36,16 @@ const (
 )
 
 type fetchPart struct {
-	name   string
-	t      *broker.Topic
-	req    *kmsg.FetchRequestTopicPartition
-	resp   *kmsg.FetchResponseTopicPartition
-	after  ledger.Position // last confirmed when read: wait for entries after it
-	fixed  bool            // answered with an error: not read again
-	recs   records         // the record batches read (resp.RecordBatches stays empty)
-	served int64           // messages from the fetch offset on in recs
-	next   int64           // the offset after recs
-	n      int             // entries in recs
+	name    string
+	t       *broker.Topic
+	req     *kmsg.FetchRequestTopicPartition
+	resp    *kmsg.FetchResponseTopicPartition
+	after   ledger.Position // last confirmed when read: wait for entries after it
+	fixed   bool            // answered with an error: not read again
+	recs    records         // the record batches read (resp.RecordBatches stays empty)
+	served  int64           // messages from the fetch offset on in recs
+	next    int64           // the offset after recs
+	entries int             // entries in recs
 }
 
 func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
@@ -96,7 +96,7 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 				if fp.next < fp.resp.HighWatermark {
 					// Behind: read on while this response is written and
 					// decoded (readahead.go).
-					c.s.ahead.start(fp.t, fp.next, fp.n, int64(fp.recs.size))
+					c.s.ahead.start(fp.t, fp.next, fp.entries, int64(fp.recs.size))
 				}
 			}
 			recs[i] = &fp.recs
@@ -121,7 +121,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 		errsOf := make([]error, len(parts))
 		for _, fp := range parts {
 			fp.recs.clear()
-			fp.served, fp.n = 0, 0
+			fp.served, fp.entries = 0, 0
 		}
 		read := 0
 		for i := 0; i < len(parts) && read < maxBytes; {
@@ -161,7 +161,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 			n := fp.recs.size
 			if total > 0 && total+n > maxBytes {
 				fp.recs.clear() // over the request's limit: next time
-				fp.served, fp.n, n = 0, 0, 0
+				fp.served, fp.entries, n = 0, 0, 0
 			}
 			total += n
 		}
@@ -231,12 +231,12 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 	// Entries are read a few at a time, more as they prove small: a
 	// batch of a MiB fills the budget alone, and entries read past the
 	// budget would be read again by the next fetch.
-	fp.n = 0
+	fp.entries = 0
 	full := false
 	for n := 1; !full && off < hw && r.size < budget; n = min(2*n, maxFetchEntries) {
 		var es []ledger.Entry
 		var err error
-		if fp.n == 0 {
+		if fp.entries == 0 {
 			if got, ok := s.ahead.take(ctx, fp.t, off); ok {
 				es, n = got, len(got)
 			}
@@ -294,7 +294,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 				break
 			}
 			off = e.Header.NextOffset()
-			fp.n++
+			fp.entries++
 			fp.t.SetKafkaReadHint(off, ml.Next(e.Position))
 			if r.size >= budget {
 				break
