@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -273,6 +274,56 @@ func TestMeasureSyncedWrites(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("left %d files behind", len(left))
+	}
+}
+
+// TestMeasureDurableAppends: every append due in the run is made durable
+// and timed, in groups, and the file is removed.
+func TestMeasureDurableAppends(t *testing.T) {
+	dir := t.TempDir()
+	r, err := measureDurableAppends(context.Background(), vfs.Default, dir, 2000, 1024, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Due every 500 µs from 0 up to 200 ms: 400.
+	if r.Appends != 400 || r.Latency.Count() != 400 || r.Syncs < 1 || r.Syncs > 400 || r.Latency.Quantile(0.5) <= 0 {
+		t.Fatalf("%d appends, %d latencies, %d syncs, p50 %v", r.Appends, r.Latency.Count(), r.Syncs, r.Latency.Quantile(0.5))
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left %d files behind", len(left))
+	}
+}
+
+// failingSyncFS fails every SyncData of files opened for writing over.
+type failingSyncFS struct{ vfs.FS }
+
+type failingSyncFile struct{ vfs.File }
+
+func (fs failingSyncFS) OpenReadWrite(name string, cat vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, cat, opts...)
+	return failingSyncFile{f}, err
+}
+
+func (failingSyncFile) SyncData() error { return errors.New("injected: no space left on device") }
+
+func TestMeasureDurableAppendsErrors(t *testing.T) {
+	ctx := context.Background()
+	if _, err := measureDurableAppends(ctx, vfs.Default, t.TempDir(), 0, 1024, time.Second); err == nil {
+		t.Error("rate 0 accepted")
+	}
+	if _, err := measureDurableAppends(ctx, vfs.Default, filepath.Join(t.TempDir(), "missing"), 1000, 1024, time.Second); err == nil {
+		t.Error("a missing directory accepted")
+	}
+	start := time.Now()
+	_, err := measureDurableAppends(ctx, failingSyncFS{vfs.Default}, t.TempDir(), 1000, 1024, 10*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "injected") || time.Since(start) > 5*time.Second {
+		t.Errorf("failing fdatasync: %v after %v, want the error at once", err, time.Since(start))
+	}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := measureDurableAppends(cctx, vfs.Default, t.TempDir(), 1000, 1024, time.Minute); err != nil || time.Since(start) > 10*time.Second {
+		t.Errorf("cancelled: %v after %v", err, time.Since(start))
 	}
 }
 

@@ -45,7 +45,7 @@ var perfAllSettings = []setting{
 	{"data-dir", "", "dir", "directory in which the run makes its scratch directory (the standalone's data, the disk measurements), removed at the end; put it on the disk to measure (default: the system temp directory)"},
 	{"perf-duration", "10s", "duration", "how long each load runs"},
 	{"perf-warmup", "1s", "duration", "first part of each produce, latency and end-to-end load, left out of its figures"},
-	{"perf-limits-duration", "3s", "duration", "how long each measurement of the machine's limits runs: fsync'd writes of 64 KiB, of 1 MiB, loopback TCP"},
+	{"perf-limits-duration", "3s", "duration", "how long each measurement of the machine's limits runs: fsync'd writes of 64 KiB, of 1 MiB, durable appends at each latency rate, loopback TCP"},
 	{"perf-all-topics", "1000", "count", "topics of the many-topics load, one Pulsar producer each"},
 	{"perf-all-topics-rate", "5000", "msg/s", "the many-topics load publishes this many messages/s over all its topics"},
 	{"perf-all-partitions", "10000", "count", "partitions of the many-partitions load (the memory goal), one Kafka topic with a record and a committed offset on each"},
@@ -76,15 +76,19 @@ var benchRates = []struct {
 func newPerfAllCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "all",
-		Short: "Run the whole benchmark: machine limits, Magnetar standalone under Kafka and Pulsar loads, kfake; one table",
-		Example: `  magnetar perf all                                           # about 6 minutes on 2 cores
+		Short: "Run the whole benchmark: machine limits, Magnetar standalone under Kafka and Pulsar loads, kfake, a no-op Pulsar broker; one table",
+		Example: `  magnetar perf all                                           # about 7 minutes on 2 cores
   magnetar perf all --perf-write-doc docs/BENCHMARKS.md --data-dir /var/tmp
   magnetar perf all --perf-duration 3s --perf-all-topics 100 --perf-all-partitions 1000 --perf-profile-dir bench-profiles`,
 		Long: `Run the whole benchmark of docs/BENCHMARKS.md in one go (make bench).
 
 1. The machine's limits, in a scratch directory under data-dir: sequential
    writes each followed by fdatasync at 64 KiB (bandwidth, and the latency
-   of each write + fdatasync) and at 1 MiB (bandwidth); loopback TCP
+   of each write + fdatasync) and at 1 MiB (bandwidth); durable appends
+   at 5,000 and 20,000 records/s (1 KiB records, due at a fixed rate,
+   written by one writer in groups, each group followed by fdatasync:
+   the latency from each record's due time to its group's fdatasync, the
+   least a broker that acknowledges after fsync can offer); loopback TCP
    bandwidth (1 MiB writes) and the sender's CPU per MB. Each for
    perf-limits-duration. The 64 KiB measurement is repeated after the
    Magnetar loads (a virtual disk can change within a run; ratios use
@@ -114,13 +118,18 @@ func newPerfAllCommand(a *app) *cobra.Command {
      peak (VmHWM, reset at the start of the load).
 3. The same Kafka loads against an in-process kfake (franz-go's fake
    cluster: one broker, in memory, no fsync).
+4. The Pulsar publish latency loads against an in-process no-op broker,
+   which acknowledges each message at once and stores nothing: what the
+   client and the machine take before any broker work.
 
 Each load runs perf-duration (a consume: until it has read everything; the
 partitions: until they are all open); the first perf-warmup of a produce or
 latency load is left out of its figures.
 Progress lines every second, then one table: each figure for Magnetar and
 kfake, Magnetar ÷ kfake, Magnetar ÷ the machine's limit, and the goals of
-issue 10, met or not. MB is 10^6 bytes of payload; latencies in ms run from
+issue 10, met or not; a latency goal is "unattainable here" when a floor
+measured in the same run is above it (the durable appends' p99; for
+Pulsar also the client's p99 with the no-op broker). MB is 10^6 bytes of payload; latencies in ms run from
 when a message was due (open loop), so a stall counts against every message
 it delays. MiB and KiB (memory) are 2^20 and 2^10 bytes.
 
@@ -245,13 +254,19 @@ type benchResults struct {
 	// loads: a virtual disk can change within a run (ratios use the
 	// figures from before).
 	disk64KAfter *syncedWrites
-	loopback     float64 // MB/s
+	// appends holds, by rate of the latency loads, the disk's durable
+	// appends at that rate (measureDurableAppends).
+	appends  map[float64]*durableAppends
+	loopback float64 // MB/s
 	// loopbackSendCPU is the loopback sender's CPU per MB sent (ms), the
 	// least a broker spends to send what a consumer reads; 0 if the
 	// system does not say.
 	loopbackSendCPU float64
 	magnetar, kfake benchFigures
-	partitions      *partitionsResult // nil if not measured
+	// noop holds pulsar-client-go's publish loads against a broker that
+	// acknowledges at once (noopPulsar), by load name.
+	noop       benchFigures
+	partitions *partitionsResult // nil if not measured
 	// broker holds, by latency load, the standalone's own latency
 	// histograms over the load (scraped from /metrics before and after).
 	broker map[string]brokerLatency
@@ -283,7 +298,7 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(out, "scratch directory %s (removed at the end)\n", dir)
 
-	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}}
+	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, noop: benchFigures{}}
 	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout}
 	err = b.measureLimits(ctx, dir, res)
 	if err == nil {
@@ -294,6 +309,9 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	}
 	if err == nil {
 		err = b.runKFake(ctx, res.kfake)
+	}
+	if err == nil {
+		err = b.runNoopPulsar(ctx, res.noop)
 	}
 	t := benchTable(res, cfg)
 	fmt.Fprintf(out, "\nresults: %s\n%s", tableNote, t.text())
@@ -359,6 +377,16 @@ func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResu
 		return fmt.Errorf("limits: fsync'd 1 MiB writes: %w", err)
 	}
 	b.printSyncedWrites("1 MiB", res.disk1M)
+	res.appends = map[float64]*durableAppends{}
+	for _, r := range benchRates {
+		a, err := measureDurableAppends(ctx, vfs.Default, dir, r.rate, benchMessageSize, d)
+		if err != nil {
+			return fmt.Errorf("limits: durable appends at %g/s: %w", r.rate, err)
+		}
+		res.appends[r.rate] = a
+		fmt.Fprintf(b.out, "disk: %d-byte appends at %s/s, group commit + fdatasync, for %.1fs: %d appends in %d groups; each from its due time to durable: p50 %.3f ms, p99 %.3f ms\n",
+			a.Size, thousands(int64(r.rate)), a.Elapsed.Seconds(), a.Appends, a.Syncs, ms(a.Latency.Quantile(0.5)), ms(a.Latency.Quantile(0.99)))
+	}
 	if res.loopback, res.loopbackSendCPU, err = measureLoopback(ctx, d); err != nil {
 		return fmt.Errorf("limits: loopback TCP: %w", err)
 	}
@@ -635,6 +663,35 @@ func (b *benchRun) runKFake(ctx context.Context, figs benchFigures) error {
 	}
 	defer c.Close()
 	return b.runSteps(ctx, "kfake", b.kafkaSteps("kfake", c.ListenAddrs(), figs), nil)
+}
+
+// runNoopPulsar runs the Pulsar publish latency loads against a no-op
+// broker in this process (as kfake is): the client's and the machine's
+// share of a publish, with no broker work at all.
+func (b *benchRun) runNoopPulsar(ctx context.Context, figs benchFigures) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	fmt.Fprintln(b.out, "\n[no-op pulsar] starting an in-process Pulsar broker that acknowledges each message at once and stores nothing")
+	s, err := startNoopPulsar(b.log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	client, err := newBenchPulsarClient(b.log, s.URL())
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	var steps []benchStep
+	for _, r := range benchRates {
+		name := loadAt("pulsar-publish", r.rate)
+		steps = append(steps, benchStep{name, func(ctx context.Context) (err error) {
+			figs[name], err = b.pulsarProduce(ctx, client, "noop-"+name, false, r.rate)
+			return err
+		}})
+	}
+	return b.runSteps(ctx, "no-op pulsar", steps, nil)
 }
 
 // standaloneReady is what perf all reads of the standalone's ready line.
@@ -1572,7 +1629,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures; a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures ("durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; for Pulsar also the client's p99 with the no-op broker)`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1597,6 +1654,11 @@ type benchRow struct {
 	format  string
 	limit   string // key of benchLimits; "" for none
 	goals   []goal // the issue's, for this figure
+	// floors are keys of benchLimits that the figure cannot be below (a
+	// latency cannot be below the client's own with a no-op broker, nor
+	// below the disk's for durable appends): a figure's own goal below
+	// one of them is unattainable here.
+	floors []string
 }
 
 // A goal is met when the figure's ratio to what it is compared with is at
@@ -1633,8 +1695,23 @@ func benchLimits(res *benchResults) map[string]benchLimit {
 	if res.disk64K != nil {
 		l["fsync"] = benchLimit{"fsync p99", ms(res.disk64K.Latency.Quantile(0.99))}
 	}
+	for rate, a := range res.appends {
+		l[appendsLimit(rate)] = benchLimit{"durable appends' p99", ms(a.Latency.Quantile(0.99))}
+	}
+	for _, r := range benchRates {
+		if f := res.noop[loadAt("pulsar-publish", r.rate)]; f != nil {
+			l[noopLimit(r.rate)] = benchLimit{"the client's p99 with a no-op broker", ms(f.Latency.Quantile(0.99))}
+		}
+	}
 	return l
 }
+
+// appendsLimit is the key in benchLimits of the durable appends' p99 at rate.
+func appendsLimit(rate float64) string { return fmt.Sprintf("appends-%g", rate) }
+
+// noopLimit is the key in benchLimits of pulsar-client-go's publish p99 at
+// rate against the no-op broker.
+func noopLimit(rate float64) string { return fmt.Sprintf("noop-%g", rate) }
 
 // benchRows are the rows of the results table after the limits.
 func benchRows(cfg perfAllConfig) []benchRow {
@@ -1662,9 +1739,13 @@ func benchRows(cfg perfAllConfig) []benchRow {
 					figure:  figQuantile(q), format: "%.3f",
 				}
 				if q == 0.99 {
-					row.limit = "fsync"
+					row.limit = appendsLimit(r.rate)
 					if strings.HasSuffix(kind, "-publish") {
 						row.goals = []goal{{max: r.maxP99, text: fmt.Sprintf("≤ %g ms", r.maxP99)}}
+						row.floors = []string{appendsLimit(r.rate)}
+						if kind == "pulsar-publish" {
+							row.floors = append(row.floors, noopLimit(r.rate))
+						}
 					}
 				}
 				rows = append(rows, row)
@@ -1676,7 +1757,7 @@ func benchRows(cfg perfAllConfig) []benchRow {
 			load := loadAt(kind, r.rate)
 			at := fmt.Sprintf("%s at %s/s", what, thousands(int64(r.rate)))
 			rows = append(rows,
-				benchRow{measure: at + ", broker: managed-ledger add p99 ms", load: load, format: "%.3f", limit: "fsync",
+				benchRow{measure: at + ", broker: managed-ledger add p99 ms", load: load, format: "%.3f", limit: appendsLimit(r.rate),
 					derived: brokerP99(load, func(bl brokerLatency) histDelta { return bl.add })},
 				benchRow{measure: at + ", broker: journal sync p99 ms", load: load, format: "%.3f", limit: "fsync",
 					derived: brokerP99(load, func(bl brokerLatency) histDelta { return bl.sync })})
@@ -1773,6 +1854,33 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 	limitRow("disk, 1 MiB writes + fdatasync, MB/s", res.disk1M, (*syncedWrites).MBps, "%.2f")
 	limitRow("fsync latency (64 KiB), p50 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.5)) }, "%.3f")
 	limitRow("fsync latency (64 KiB), p99 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
+	// quantileRows adds a limit's p50 and p99 at each latency load's rate
+	// (hist nil: not measured).
+	quantileRows := func(measure string, hist func(rate float64) *latencyHist) {
+		for _, r := range benchRates {
+			for _, q := range []float64{0.5, 0.99} {
+				cell := "-"
+				if h := hist(r.rate); h != nil {
+					cell = fmt.Sprintf("%.3f", ms(h.Quantile(q)))
+				}
+				t.rows = append(t.rows, []string{fmt.Sprintf("limit: "+measure, thousands(int64(r.rate)), q*100), cell, "", "", "", "", ""})
+			}
+		}
+	}
+	quantileRows(fmt.Sprintf("durable %d-byte appends at %%s/s (group commit + fdatasync), p%%g ms", benchMessageSize),
+		func(rate float64) *latencyHist {
+			if a := res.appends[rate]; a != nil {
+				return &a.Latency
+			}
+			return nil
+		})
+	quantileRows("Pulsar publish at %s/s to a no-op broker (the client alone), p%g ms",
+		func(rate float64) *latencyHist {
+			if f := res.noop[loadAt("pulsar-publish", rate)]; f != nil {
+				return &f.Latency
+			}
+			return nil
+		})
 	limitRow("disk, 64 KiB writes + fdatasync after the Magnetar loads, MB/s", res.disk64KAfter, (*syncedWrites).MBps, "%.2f")
 	limitRow("fsync latency (64 KiB) after the Magnetar loads, p99 ms", res.disk64KAfter, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
 	valueRow := func(measure string, v float64, format string) { // 0: not measured
@@ -1808,7 +1916,7 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 		var texts, verdicts []string
 		for _, g := range row.goals {
 			texts = append(texts, g.text)
-			verdicts = append(verdicts, g.verdict(res, row, m, mok, limits[row.limit].value))
+			verdicts = append(verdicts, g.verdict(res, row, m, mok, limits))
 		}
 		cells[5], cells[6] = strings.Join(texts, "; "), strings.Join(verdicts, "; ")
 		if row.judge != nil {
@@ -1846,20 +1954,34 @@ func (res *benchResults) magnetarFigure(row benchRow) (float64, bool) {
 }
 
 // verdict says whether g is met by v (row's figure for Magnetar; ok false
-// if not measured), limit being row's limit.
-func (g goal) verdict(res *benchResults, row benchRow, v float64, ok bool, limit float64) string {
+// if not measured), limits being the machine's. A figure's own goal (a
+// latency's) not met says when one of row's floors is already above it.
+func (g goal) verdict(res *benchResults, row benchRow, v float64, ok bool, limits map[string]benchLimit) string {
 	if !ok {
 		return "-"
 	}
+	limit := limits[row.limit]
 	var met bool
 	switch g.than {
 	case "":
 		met = v <= g.max
+		if met {
+			break
+		}
+		var highest benchLimit
+		for _, key := range row.floors {
+			if f, ok := limits[key]; ok && f.value > g.max && f.value > highest.value {
+				highest = f
+			}
+		}
+		if highest.value > 0 {
+			return fmt.Sprintf("not met (unattainable here: %s is %.2f)", highest.name, highest.value)
+		}
 	case "limit":
-		if limit == 0 {
+		if limit.value == 0 {
 			return "-"
 		}
-		met = v/limit >= g.min
+		met = v/limit.value >= g.min
 	default:
 		var other float64
 		if g.than == "kfake" {

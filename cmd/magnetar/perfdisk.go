@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,4 +79,159 @@ func (c *journalCounter) onSync(_ time.Duration, _, bytes int) {
 // groups returns the group writes and bytes counted so far.
 func (c *journalCounter) groups() (writes, bytes int64) {
 	return c.writes.Load(), c.bytes.Load()
+}
+
+// durableAppends is the result of measureDurableAppends.
+type durableAppends struct {
+	Rate    float64 // appends per second asked for
+	Size    int     // bytes per append
+	Appends int64   // appends made durable
+	Syncs   int64   // fdatasyncs
+	Elapsed time.Duration
+	// Latency is from each append's due time to the return of the
+	// fdatasync that made it durable.
+	Latency latencyHist
+}
+
+// measureDurableAppends appends size-byte records to a file in dir at rate
+// per second (an open loop) for d, or until ctx ends, with the least work
+// a log that acknowledges after fsync can do: one writer takes every
+// record waiting, writes them at once, calls fdatasync, and the records
+// are durable when it returns (group commit, a new group as soon as the
+// last one is synced). The file is written and synced first, then written
+// over from its start, as the journal writes over the files it reuses, so
+// that an fdatasync has no file size to commit. Its latency at a rate is
+// the disk's limit for publish latency at that rate: a broker cannot
+// acknowledge sooner than its records are durable.
+func measureDurableAppends(ctx context.Context, fs vfs.FS, dir string, rate float64, size int, d time.Duration) (*durableAppends, error) {
+	if rate <= 0 || size <= 0 {
+		return nil, fmt.Errorf("durable appends: rate %g and size %d must be positive", rate, size)
+	}
+	path := fs.PathJoin(dir, "disk-appends")
+	defer fs.Remove(path)
+	const chunk = 1 << 20
+	buf := make([]byte, chunk)
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>8) // not all zeros, in case the disk compresses
+	}
+	// Written beforehand: what the run appends, within reason.
+	prefill := min(int64(rate*d.Seconds())*int64(size)+chunk, 1<<30)
+	if err := prefillFile(fs, path, buf, prefill); err != nil {
+		return nil, err
+	}
+	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+
+	r := &durableAppends{Rate: rate, Size: size}
+	var (
+		mu      sync.Mutex
+		due     []time.Time // appends waiting for the writer
+		more    = make(chan struct{}, 1)
+		stopped = make(chan struct{})
+		done    = make(chan error, 1)
+	)
+	go func() { // the writer
+		var off int64
+		var group []time.Time
+		for {
+			select {
+			case <-more:
+			case <-stopped:
+				done <- nil
+				return
+			}
+			mu.Lock()
+			group, due = due, group[:0]
+			mu.Unlock()
+			if len(group) == 0 {
+				continue
+			}
+			for left := len(group) * size; left > 0; {
+				n := min(left, chunk)
+				if _, err := f.WriteAt(buf[:n], off); err != nil {
+					done <- err
+					return
+				}
+				off += int64(n)
+				left -= n
+			}
+			if err := f.SyncData(); err != nil {
+				done <- err
+				return
+			}
+			now := time.Now()
+			for _, t := range group {
+				r.Latency.Record(now.Sub(t))
+			}
+			r.Appends += int64(len(group))
+			r.Syncs++
+		}
+	}()
+
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	for n := 0; ctx.Err() == nil; n++ {
+		at := start.Add(time.Duration(n) * interval)
+		if at.Sub(start) >= d {
+			break
+		}
+		if wait := time.Until(at); wait > 0 {
+			time.Sleep(wait)
+		}
+		mu.Lock()
+		due = append(due, at)
+		mu.Unlock()
+		select {
+		case more <- struct{}{}:
+		default:
+		}
+		select {
+		case err := <-done: // before stopped is closed, only a failure
+			return nil, err
+		default:
+		}
+	}
+	// Stop once the last group is taken; the writer returns after its sync.
+	for {
+		mu.Lock()
+		left := len(due)
+		mu.Unlock()
+		if left == 0 || ctx.Err() != nil {
+			break
+		}
+		select {
+		case err := <-done:
+			return nil, err
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(stopped)
+	if err := <-done; err != nil {
+		return nil, err
+	}
+	r.Elapsed = time.Since(start)
+	return r, nil
+}
+
+// prefillFile writes size bytes of buf, repeated, to a new file at path
+// and makes them durable.
+func prefillFile(fs vfs.FS, path string, buf []byte, size int64) error {
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	for left := size; left > 0; left -= int64(len(buf)) {
+		if _, err := f.Write(buf[:min(left, int64(len(buf)))]); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/magnetar-io/magnetar/protocol/pulsar/frame"
+	pb "github.com/magnetar-io/magnetar/protocol/pulsar/pulsarpb"
+)
+
+// noopPulsar is the least a Pulsar broker can do for producers: it answers
+// CONNECT, lookups and PRODUCER, and acknowledges each SEND at once,
+// storing nothing. `perf all` publishes to it, in its own process like
+// kfake, to measure what pulsar-client-go and the machine take before any
+// broker does any work: Magnetar's Pulsar publish latency cannot be lower.
+// Anything but a producer's commands is answered with an ERROR.
+type noopPulsar struct {
+	ln    net.Listener
+	log   *slog.Logger
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// noopMaxFrame is the frame size the no-op broker announces and accepts.
+const noopMaxFrame = 5 << 20
+
+// startNoopPulsar listens on a free loopback port and serves until Close.
+func startNoopPulsar(log *slog.Logger) (*noopPulsar, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("no-op Pulsar broker: %w", err)
+	}
+	s := &noopPulsar{ln: ln, log: log, conns: map[net.Conn]struct{}{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// URL is the service URL to give the client.
+func (s *noopPulsar) URL() string { return "pulsar://" + s.ln.Addr().String() }
+
+// Close stops listening, closes every connection and waits for them.
+func (s *noopPulsar) Close() {
+	s.ln.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *noopPulsar) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.serve(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("no-op Pulsar broker: connection closed", "remote", c.RemoteAddr().String(), "err", err)
+			}
+			c.Close()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// serve answers one connection's commands in order. Replies are gathered
+// in a buffer and written when no more input is waiting, as a broker
+// answering several SENDs per wakeup does.
+func (s *noopPulsar) serve(c net.Conn) error {
+	br := bufio.NewReaderSize(c, 64<<10)
+	r := frame.NewReader(br, noopMaxFrame)
+	var out []byte
+	var seq uint64 // entry ids of the receipts
+	for {
+		f, err := r.ReadFrame()
+		if err != nil {
+			return err
+		}
+		cmd := f.Cmd
+		var reply *pb.BaseCommand
+		switch cmd.GetType() {
+		case pb.BaseCommand_CONNECT:
+			reply = &pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
+				ServerVersion:   proto.String("magnetar-perf-noop"),
+				ProtocolVersion: proto.Int32(min(cmd.Connect.GetProtocolVersion(), 21)),
+				MaxMessageSize:  proto.Int32(noopMaxFrame),
+			}}
+		case pb.BaseCommand_PING:
+			reply = &pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}}
+		case pb.BaseCommand_PONG:
+		case pb.BaseCommand_PARTITIONED_METADATA:
+			reply = &pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(),
+				PartitionMetadataResponse: &pb.CommandPartitionedTopicMetadataResponse{
+					RequestId: proto.Uint64(cmd.PartitionMetadata.GetRequestId()), Partitions: proto.Uint32(0),
+					Response: pb.CommandPartitionedTopicMetadataResponse_Success.Enum()}}
+		case pb.BaseCommand_LOOKUP:
+			reply = &pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: &pb.CommandLookupTopicResponse{
+				RequestId: proto.Uint64(cmd.LookupTopic.GetRequestId()), Response: pb.CommandLookupTopicResponse_Connect.Enum(),
+				BrokerServiceUrl: proto.String(s.URL()), Authoritative: proto.Bool(true), ProxyThroughServiceUrl: proto.Bool(false)}}
+		case pb.BaseCommand_PRODUCER:
+			p := cmd.Producer
+			name := p.GetProducerName()
+			if name == "" {
+				name = fmt.Sprintf("noop-%d", p.GetProducerId())
+			}
+			reply = &pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
+				RequestId: proto.Uint64(p.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(-1)}}
+		case pb.BaseCommand_SEND:
+			sc := cmd.Send
+			out = frame.AppendSendReceipt(out, frame.Receipt{ProducerID: sc.GetProducerId(), SequenceID: sc.GetSequenceId(),
+				Ledger: 1, Entry: seq, Partition: -1})
+			seq++
+		case pb.BaseCommand_CLOSE_PRODUCER:
+			reply = &pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{
+				RequestId: proto.Uint64(cmd.CloseProducer.GetRequestId())}}
+		default:
+			reply = &pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+				RequestId: proto.Uint64(requestID(cmd)), Error: pb.ServerError_NotAllowedError.Enum(),
+				Message: proto.String(fmt.Sprintf("the no-op broker of perf all serves producers only, not %s", cmd.GetType()))}}
+		}
+		if reply != nil {
+			if out, err = frame.AppendCommand(out, reply); err != nil {
+				return err
+			}
+		}
+		if len(out) > 0 && br.Buffered() == 0 {
+			if _, err := c.Write(out); err != nil {
+				return err
+			}
+			out = out[:0]
+		}
+	}
+}
+
+// requestID is the request_id of cmd's sub-message, 0 if it has none.
+func requestID(cmd *pb.BaseCommand) uint64 {
+	var id uint64
+	cmd.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind {
+			return true
+		}
+		m := v.Message()
+		if f := m.Descriptor().Fields().ByName("request_id"); f != nil && m.Has(f) {
+			id = m.Get(f).Uint()
+		}
+		return false
+	})
+	return id
+}
