@@ -26,7 +26,9 @@
 // next file exists. crc is CRC-32C (Castagnoli) over length, type and body,
 // XORed with the file's salt: CRC-32C of number's 8 bytes. type is the
 // caller's record type and is never 0, so a zeroed region never reads as a
-// record. length is at most MaxRecordSize. Version 1 files (an 8-byte
+// record; the writer relies on that when it pads a group written in whole
+// 4 KiB blocks with zeros (direct.go), which the next group writes over.
+// length is at most MaxRecordSize. Version 1 files (an 8-byte
 // header: magic, version 1, reserved; unsalted checksums; no end) are still
 // read. These constants (fileMagic, formatV1, formatV2, the header sizes,
 // recordHeaderSize, MaxRecordSize) are an on-disk format.
@@ -138,6 +140,11 @@ type Options struct {
 	// RecycledFiles is how many released files are kept for reuse by later
 	// files (see the package comment); default 2, negative for none.
 	RecycledFiles int
+	// BufferedIO writes records through the page cache. By default they
+	// are written with O_DIRECT where the file system allows it (on Linux,
+	// with the default FS; see direct.go), and through the page cache
+	// where it does not (logged once).
+	BufferedIO bool
 	// NoSync skips the per-group fsync: throughput tests only. A machine
 	// crash or power loss then loses acknowledged records. (New files, the
 	// directory, and a file being rotated away from are still synced.)
@@ -244,17 +251,23 @@ type Journal struct {
 
 	// w is owned by the writer goroutine: Open sets it up before starting
 	// the writer, and Close reads it only after the writer stopped.
+	// direct: records are written with O_DIRECT (Options.BufferedIO unset,
+	// the default FS, and the file system allowed it so far). Owned by
+	// the writer goroutine, like w.
+	direct bool
+
 	w struct {
-		file  vfs.File
-		num   uint64 // current file number
-		path  string // current file path
-		size  int64  // bytes written to the current file
-		salt  uint32 // the current file's checksum salt
-		err   error  // sticky: the first failure, wrapping ErrFailed
-		group []request
-		bytes int // encoded size of group
-		buf   []byte
-		timer *time.Timer
+		file   vfs.File
+		direct *directFile // the current file's O_DIRECT descriptor; nil: write through file
+		num    uint64      // current file number
+		path   string      // current file path
+		size   int64       // bytes written to the current file
+		salt   uint32      // the current file's checksum salt
+		err    error       // sticky: the first failure, wrapping ErrFailed
+		group  []request
+		bytes  int // encoded size of group
+		buf    []byte
+		timer  *time.Timer
 	}
 
 	// files lists the journal files on disk in ascending order; the last is
@@ -275,6 +288,8 @@ type Journal struct {
 	syncs   atomic.Int64 // group fsyncs
 	groups  atomic.Int64 // groups written
 	records atomic.Int64 // records written
+	// directGroups counts groups written with O_DIRECT.
+	directGroups atomic.Int64
 }
 
 // fileState is what the journal knows of one of its files.
@@ -319,7 +334,7 @@ func Open(opts Options, from Position, replay func(end Position, typ byte, body 
 	if err != nil {
 		return nil, fmt.Errorf("journal: lock %s (in use by another journal?): %w", o.Dir, err)
 	}
-	j := &Journal{opts: o, fs: fs, log: o.Logger, lock: lock}
+	j := &Journal{opts: o, fs: fs, log: o.Logger, lock: lock, direct: !o.BufferedIO && fs == vfs.Default}
 	if err := j.recover(from, replay); err != nil {
 		lock.Close()
 		return nil, err
@@ -618,6 +633,11 @@ func (j *Journal) Close() error {
 	}
 	if cerr := j.w.file.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("journal: close %s: %w", j.w.path, cerr)
+	}
+	if j.w.direct != nil {
+		if cerr := j.w.direct.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("journal: close %s: %w", j.w.path, cerr)
+		}
 	}
 	if lerr := j.lock.Close(); lerr != nil && err == nil {
 		err = fmt.Errorf("journal: unlock %s: %w", j.opts.Dir, lerr)

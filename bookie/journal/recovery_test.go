@@ -95,40 +95,42 @@ func checkQuiet(t *testing.T, lb *logBuffer) {
 func TestTornTail(t *testing.T) {
 	const n = 20
 	// Each damage returns the damaged last file, where the damage starts and
-	// how many records are intact before it. last is the last record's start.
+	// how many records are intact before it. last is the last record's start,
+	// end its end (with direct I/O the file goes on with zeros to a block
+	// boundary).
 	damages := []struct {
 		name   string
 		reason string // in the log line
-		apply  func(data []byte, last int) (out []byte, at, intact int)
+		apply  func(data []byte, last, end int) (out []byte, at, intact int)
 	}{
-		{"cut mid-record", "incomplete record:", func(d []byte, last int) ([]byte, int, int) { return d[:last+recordHeaderSize+5], last, n - 1 }},
-		{"cut mid-header", "incomplete record header", func(d []byte, last int) ([]byte, int, int) { return d[:last+4], last, n - 1 }},
-		{"cut after header", "incomplete record:", func(d []byte, last int) ([]byte, int, int) { return d[:last+recordHeaderSize], last, n - 1 }},
-		{"flipped body byte", "checksum mismatch", func(d []byte, last int) ([]byte, int, int) {
+		{"cut mid-record", "incomplete record:", func(d []byte, last, _ int) ([]byte, int, int) { return d[:last+recordHeaderSize+5], last, n - 1 }},
+		{"cut mid-header", "incomplete record header", func(d []byte, last, _ int) ([]byte, int, int) { return d[:last+4], last, n - 1 }},
+		{"cut after header", "incomplete record:", func(d []byte, last, _ int) ([]byte, int, int) { return d[:last+recordHeaderSize], last, n - 1 }},
+		{"flipped body byte", "checksum mismatch", func(d []byte, last, _ int) ([]byte, int, int) {
 			d[last+recordHeaderSize+3] ^= 0x40
 			return d, last, n - 1
 		}},
-		{"flipped crc byte", "checksum mismatch", func(d []byte, last int) ([]byte, int, int) { d[last+1] ^= 1; return d, last, n - 1 }},
-		{"zero type", "record type 0", func(d []byte, last int) ([]byte, int, int) { d[last+8] = 0; return d, last, n - 1 }},
-		{"impossible length", "impossible record length", func(d []byte, last int) ([]byte, int, int) {
+		{"flipped crc byte", "checksum mismatch", func(d []byte, last, _ int) ([]byte, int, int) { d[last+1] ^= 1; return d, last, n - 1 }},
+		{"zero type", "record type 0", func(d []byte, last, _ int) ([]byte, int, int) { d[last+8] = 0; return d, last, n - 1 }},
+		{"impossible length", "impossible record length", func(d []byte, last, _ int) ([]byte, int, int) {
 			binary.BigEndian.PutUint32(d[last+4:], MaxRecordSize+1)
 			return d, last, n - 1
 		}},
-		{"zeroed last record", "zeroed record header", func(d []byte, last int) ([]byte, int, int) {
+		{"zeroed last record", "zeroed record header", func(d []byte, last, _ int) ([]byte, int, int) {
 			clear(d[last:])
 			return d, last, n - 1
 		}},
-		{"zeroed block appended", "zeroed record header", func(d []byte, last int) ([]byte, int, int) {
-			return append(d, make([]byte, 4096)...), len(d), n
+		{"zeroed block appended", "zeroed record header", func(d []byte, _, end int) ([]byte, int, int) {
+			return append(d[:end], make([]byte, 4096)...), end, n
 		}},
-		{"garbage appended", "", func(d []byte, last int) ([]byte, int, int) {
+		{"garbage appended", "", func(d []byte, _, end int) ([]byte, int, int) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			g := make([]byte, 100)
 			for i := range g {
 				g[i] = byte(rng.UintN(256))
 			}
 			g[0] |= 1
-			return append(d, g...), len(d), n
+			return append(d[:end], g...), end, n
 		}},
 	}
 	for _, env := range testEnvs(t) {
@@ -139,7 +141,7 @@ func TestTornTail(t *testing.T) {
 				acked := writeRecords(t, opts, n)
 				path := env.fs.PathJoin(dir, fileName(acked[0].End.File))
 				last := int(acked[n-2].End.Offset)
-				damaged, at, intact := dm.apply(readFile(t, env.fs, path), last)
+				damaged, at, intact := dm.apply(readFile(t, env.fs, path), last, int(acked[n-1].End.Offset))
 				writeFile(t, env.fs, path, damaged)
 
 				log2, lb2 := newLogger()

@@ -108,19 +108,29 @@ func (j *Journal) commit() {
 	g := j.w.group
 	start := j.w.size
 	if j.w.err == nil {
-		buf := slices.Grow(j.w.buf[:0], j.w.bytes)
+		// With direct I/O the buffer starts with the tail block's bytes
+		// written before (pre of them); the records follow.
+		var buf []byte
+		if j.w.direct != nil {
+			buf = j.w.direct.group(j.w.bytes)
+		} else {
+			buf = slices.Grow(j.w.buf[:0], j.w.bytes)
+		}
+		pre := len(buf)
 		for i := range g {
 			buf = appendRecordCRC(buf, g[i].crc^j.w.salt, g[i].typ, g[i].body)
 		}
-		j.w.buf = buf
+		if j.w.direct == nil {
+			j.w.buf = buf
+		}
 		began := time.Now()
-		if err := j.writeAndSync(buf); err != nil {
+		if err := j.writeAndSync(buf, start-int64(pre)); err != nil {
 			j.fail(err, start)
 		} else {
 			if j.opts.OnSync != nil {
-				j.opts.OnSync(time.Since(began), len(g), len(buf))
+				j.opts.OnSync(time.Since(began), len(g), len(buf)-pre)
 			}
-			j.w.size += int64(len(buf))
+			j.w.size += int64(len(buf) - pre)
 			j.groups.Add(1)
 			j.records.Add(int64(len(g)))
 		}
@@ -143,10 +153,20 @@ func (j *Journal) commit() {
 	}
 }
 
-// writeAndSync appends buf to the current file and makes it durable. A short
-// write is a failure even without an error: the file now ends mid-group.
-func (j *Journal) writeAndSync(buf []byte) error {
-	if err := writeFull(j.w.file, buf, j.w.size); err != nil {
+// writeAndSync writes buf at offset off of the current file (off is the
+// file's end, or with direct I/O the start of its tail block, whose bytes
+// so far begin buf) and makes it durable. A short write is a failure even
+// without an error: the file now ends mid-group.
+func (j *Journal) writeAndSync(buf []byte, off int64) error {
+	if j.w.direct != nil {
+		direct, err := j.w.direct.write(buf, off)
+		if err != nil {
+			return err
+		}
+		if direct {
+			j.directGroups.Add(1)
+		}
+	} else if err := writeFull(j.w.file, buf, off); err != nil {
 		return err
 	}
 	if j.opts.NoSync {
@@ -186,7 +206,7 @@ func (j *Journal) fail(err error, off int64) {
 // next file exists: recovery reads a finished file's records up to it and
 // never into a reused file's old data after it.
 func (j *Journal) rotate() {
-	old, oldPath := j.w.file, j.w.path
+	old, oldPath, oldDirect := j.w.file, j.w.path, j.w.direct
 	if err := j.finishFile(); err != nil {
 		j.fail(fmt.Errorf("finish the file before rotation: %w", err), j.w.size)
 		return
@@ -198,6 +218,11 @@ func (j *Journal) rotate() {
 	if err := old.Close(); err != nil {
 		// Everything in it was synced; nothing is lost.
 		j.log.Warn("journal: close rotated file", "file", oldPath, "err", err)
+	}
+	if oldDirect != nil {
+		if err := oldDirect.Close(); err != nil {
+			j.log.Warn("journal: close rotated file's direct descriptor", "file", oldPath, "err", err)
+		}
 	}
 }
 
@@ -230,6 +255,18 @@ func (j *Journal) startFile(num uint64) error {
 	}
 	j.w.file, j.w.num, j.w.path, j.w.size = f, num, path, int64(fileHeaderSize)
 	j.w.salt = fileSalt(num)
+	j.w.direct = nil
+	if j.direct {
+		hdr := fileHeader{version: formatV2, num: num}.encode()
+		if d, err := newDirectFile(path, f, hdr[:]); err != nil {
+			// Not fatal: the page cache does the job, slower.
+			j.direct = false
+			j.log.Warn("journal: direct I/O (O_DIRECT) not available here, writing through the page cache",
+				"file", path, "err", err)
+		} else {
+			j.w.direct = d
+		}
+	}
 	j.files.Lock()
 	j.files.list = append(j.files.list, fileState{num: num, reusable: true})
 	j.files.Unlock()

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,8 @@ func TestPrecedence(t *testing.T) {
 			func(r inProcess) string { return r.cfg.ZKSessionTimeout.String() }},
 		{"log-level", "info", "warn", "error", "debug",
 			func(r inProcess) string { return loggerLevel(r.app.logger) }},
+		{"journal-direct-io", "true", "false", "true", "false",
+			func(r inProcess) string { return strconv.FormatBool(!r.cfg.BookieStorage.Journal.BufferedIO) }},
 	}
 	for _, k := range keys {
 		env := lookupSettingAll(k.name).env()
