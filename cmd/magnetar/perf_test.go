@@ -277,6 +277,21 @@ func TestMeasureSyncedWrites(t *testing.T) {
 	}
 }
 
+// TestMeasureDirectWrites: O_DIRECT writes on a disk, and the file removed.
+func TestMeasureDirectWrites(t *testing.T) {
+	dir := diskDir(t)
+	r, err := measureDirectWrites(context.Background(), dir, 1<<20, 200*time.Millisecond)
+	if err != nil {
+		t.Fatalf("O_DIRECT writes in %s: %v", dir, err)
+	}
+	if r.Writes == 0 || r.MBps() <= 0 || r.Latency.Count() != uint64(r.Writes) || r.Elapsed < 200*time.Millisecond {
+		t.Fatalf("%d writes, %.1f MB/s, %d latencies in %v", r.Writes, r.MBps(), r.Latency.Count(), r.Elapsed)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left %d files behind", len(left))
+	}
+}
+
 // TestMeasureDurableAppends: every append due in the run is made durable
 // and timed, in groups, and the file is removed.
 func TestMeasureDurableAppends(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
+
+// errDirectUnsupported: the file system (or system) does not allow O_DIRECT.
+var errDirectUnsupported = errors.New("O_DIRECT not supported")
 
 // syncedWrites is the result of measureSyncedWrites.
 type syncedWrites struct {
@@ -44,16 +48,28 @@ func measureSyncedWrites(ctx context.Context, fs vfs.FS, dir string, block int, 
 	defer fs.Remove(path)
 	defer f.Close()
 	buf := make([]byte, block)
+	fillPattern(buf)
+	return syncedWriteLoop(ctx, f.Write, f.SyncData, buf, d)
+}
+
+// fillPattern fills buf with bytes that are not all zeros, in case the
+// disk compresses.
+func fillPattern(buf []byte) {
 	for i := range buf {
-		buf[i] = byte(i*7 + i>>8) // not all zeros, in case the disk compresses
+		buf[i] = byte(i*7 + i>>8)
 	}
-	r := &syncedWrites{Block: block}
+}
+
+// syncedWriteLoop writes buf with write, then syncs, one after the other,
+// for d or until ctx ends.
+func syncedWriteLoop(ctx context.Context, write func([]byte) (int, error), sync func() error, buf []byte, d time.Duration) (*syncedWrites, error) {
+	r := &syncedWrites{Block: len(buf)}
 	start := time.Now()
 	for now := start; now.Sub(start) < d && ctx.Err() == nil; {
-		if _, err := f.Write(buf); err != nil {
+		if _, err := write(buf); err != nil {
 			return nil, err
 		}
-		if err := f.SyncData(); err != nil {
+		if err := sync(); err != nil {
 			return nil, err
 		}
 		end := time.Now()
@@ -111,9 +127,7 @@ func measureDurableAppends(ctx context.Context, fs vfs.FS, dir string, rate floa
 	defer fs.Remove(path)
 	const chunk = 1 << 20
 	buf := make([]byte, chunk)
-	for i := range buf {
-		buf[i] = byte(i*7 + i>>8) // not all zeros, in case the disk compresses
-	}
+	fillPattern(buf)
 	// Written beforehand: what the run appends, within reason.
 	prefill := min(int64(rate*d.Seconds())*int64(size)+chunk, 1<<30)
 	if err := prefillFile(fs, path, buf, prefill); err != nil {
