@@ -96,7 +96,10 @@ func newPerfAllCommand(a *app) *cobra.Command {
    perf-limits-duration. The 64 KiB measurement is repeated after the
    Magnetar loads (a virtual disk can change within a run; ratios use
    the first).
-2. Magnetar standalone, started from this same binary as a child process
+2. The Pulsar publish latency loads against an in-process no-op broker,
+   which acknowledges each message at once and stores nothing: what the
+   client and the machine take before any broker work.
+3. Magnetar standalone, started from this same binary as a child process
    with a fresh data directory in the scratch directory, on free loopback
    ports, with its defaults (fsync on) and no MAGNETAR_* environment; it is
    stopped with SIGTERM at the end, on errors and on signals. Against it:
@@ -119,11 +122,8 @@ func newPerfAllCommand(a *app) *cobra.Command {
      subscriptions; 2 s later the standalone's resident memory (VmRSS of
      /proc/<pid>/status) is read, against its RSS before the load and its
      peak (VmHWM, reset at the start of the load).
-3. The same Kafka loads against an in-process kfake (franz-go's fake
+4. The same Kafka loads against an in-process kfake (franz-go's fake
    cluster: one broker, in memory, no fsync).
-4. The Pulsar publish latency loads against an in-process no-op broker,
-   which acknowledges each message at once and stores nothing: what the
-   client and the machine take before any broker work.
 
 Each load runs perf-duration (a consume: until it has read everything; the
 partitions: until they are all open); the first perf-warmup of a produce or
@@ -308,6 +308,11 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout}
 	err = b.measureLimits(ctx, dir, res)
 	if err == nil {
+		// Before kfake has filled this process's heap with gigabytes of
+		// records, which the no-op broker would then share.
+		err = b.runNoopPulsar(ctx, res.noop)
+	}
+	if err == nil {
 		err = b.runMagnetar(ctx, exe, filepath.Join(dir, "standalone"), logs, res)
 	}
 	if err == nil {
@@ -315,9 +320,6 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	}
 	if err == nil {
 		err = b.runKFake(ctx, res.kfake)
-	}
-	if err == nil {
-		err = b.runNoopPulsar(ctx, res.noop)
 	}
 	t := benchTable(res, cfg)
 	fmt.Fprintf(out, "\nresults: %s\n%s", tableNote, t.text())
