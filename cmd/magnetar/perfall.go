@@ -381,10 +381,8 @@ func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResu
 		return fmt.Errorf("limits: fsync'd 64 KiB writes: %w", err)
 	}
 	b.printSyncedWrites("64 KiB", res.disk64K)
-	// The durable appends (a latency floor) before the 1 MiB writes,
-	// which can leave this disk slower for a while: a run measured a p99
-	// of 7.3 ms at 5,000/s after them, against 1.1 ms before them in
-	// another. A floor from a calm disk is the stricter one.
+	// The durable appends (a latency floor) before the gigabytes of
+	// 1 MiB writes, on the calmest disk of the run: the stricter floor.
 	res.appends = map[float64]*durableAppends{}
 	for _, r := range benchRates {
 		a, err := measureDurableAppends(ctx, vfs.Default, dir, r.rate, benchMessageSize, d)
