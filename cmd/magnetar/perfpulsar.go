@@ -32,7 +32,7 @@ var perfPulsarSettings = []setting{
 	{"perf-service-url", "pulsar://127.0.0.1:6650", "url", "Pulsar service URL of the broker (pulsar://host:port)"},
 	{"perf-topic", "persistent://public/default/perf", "topic", "topic; with perf-topics above 1, the prefix of the topics <perf-topic>-0, <perf-topic>-1, ..."},
 	{"perf-topics", "1", "count", "topics to use"},
-	{"perf-partitions", "0", "count", "partitions each topic must have (0: non-partitioned); perf cannot create partitioned topics: run the broker with --auto-topic-creation partitioned --auto-topic-partitions N"},
+	{"perf-partitions", "0", "count", "partitions each topic must have (0: non-partitioned); perf cannot create partitioned topics: create them with magnetar admin topics create-partitioned, or run the broker with --auto-topic-creation partitioned --auto-topic-partitions N"},
 	{"perf-duration", "10s", "duration", "how long to run; 0 runs until SIGINT or SIGTERM"},
 	{"perf-warmup", "1s", "duration", "first part of the run, left out of the summary"},
 }
@@ -66,9 +66,10 @@ them (warnings and errors only), go to stderr.
 SIGINT or SIGTERM ends the run early; the summary is still printed. A
 second signal exits at once.
 
-Partitioned topics: perf cannot create them (there is no admin API yet). A
-broker run with --auto-topic-creation partitioned --auto-topic-partitions N
-creates a missing topic with N partitions on first use; pass
+Partitioned topics: perf does not create them. Create one with
+magnetar admin topics create-partitioned TOPIC -p N, or run the broker with
+--auto-topic-creation partitioned --auto-topic-partitions N, which creates
+a missing topic with N partitions on first use; pass
 --perf-partitions N to run on it. Perf prints the partitions it finds and
 fails if they are not perf-partitions.
 `
@@ -462,8 +463,8 @@ func checkPartitions(out io.Writer, c pulsar.Client, cfg perfPulsarConfig) error
 			fmt.Fprintf(out, "topic %s: %d partitions\n", t, n)
 			continue
 		case n == 0:
-			return fmt.Errorf("topic %s is not partitioned, want perf-partitions %d: perf cannot create partitioned topics (there is no admin API yet); run the broker with --auto-topic-creation partitioned --auto-topic-partitions %d and use a topic that does not exist yet",
-				t, cfg.Partitions, cfg.Partitions)
+			return fmt.Errorf("topic %s is not partitioned, want perf-partitions %d: perf cannot create partitioned topics; create it with magnetar admin topics create-partitioned %s -p %d, or run the broker with --auto-topic-creation partitioned --auto-topic-partitions %d and use a topic that does not exist yet",
+				t, cfg.Partitions, t, cfg.Partitions, cfg.Partitions)
 		case cfg.Partitions == 0:
 			return fmt.Errorf("topic %s has %d partitions: pass --perf-partitions %d to run on it", t, n, n)
 		default:

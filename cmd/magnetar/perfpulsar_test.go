@@ -439,7 +439,8 @@ func TestPerfProduceConsume(t *testing.T) {
 			t.Fatalf("exit %d, want 1", code)
 		}
 		want := "topic persistent://public/default/perf-e2e-p is not partitioned, want perf-partitions 2: perf cannot create partitioned topics"
-		if !strings.Contains(p.stderr.String(), want) || !strings.Contains(p.stderr.String(), "--auto-topic-creation partitioned --auto-topic-partitions 2") {
+		if !strings.Contains(p.stderr.String(), want) || !strings.Contains(p.stderr.String(), "--auto-topic-creation partitioned --auto-topic-partitions 2") ||
+			!strings.Contains(p.stderr.String(), "magnetar admin topics create-partitioned persistent://public/default/perf-e2e-p -p 2") {
 			t.Errorf("stderr lacks %q", want)
 		}
 	})
