@@ -1,8 +1,10 @@
 package journal
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -33,7 +35,9 @@ import (
 // and cut off after a crash; a closed or rotated file's header says where
 // its records end). The file header and its end field are still written
 // through the page cache (vfs), and synced, before or after all direct
-// writes to their block, so each write sees the other's bytes.
+// writes to their block, so each write sees the other's bytes. A file
+// system that takes O_DIRECT at open but refuses the write (EINVAL) gets
+// that group, and every later one, through the page cache.
 const directAlign = 4096
 
 // directMinGroup: groups smaller than this are written through the page
@@ -54,6 +58,14 @@ type directFile struct {
 	// directAlign.
 	buf  []byte
 	tail int
+	// writeDirect writes with O_DIRECT (tests replace it).
+	writeDirect func(b []byte, off int64) error
+	// refused is the error of the first O_DIRECT write the file system
+	// refused (EINVAL: it accepted O_DIRECT at open, not for writes);
+	// every group goes through the page cache from then on. reported:
+	// the journal has logged it.
+	refused  error
+	reported bool
 }
 
 // newDirectFile opens path for direct writes; header is the file's header,
@@ -64,6 +76,7 @@ func newDirectFile(path string, buffered vfs.File, header []byte) (*directFile, 
 		return nil, err
 	}
 	d := &directFile{f: f, buffered: buffered, buf: alignedBuffer(256 << 10)}
+	d.writeDirect = func(b []byte, off int64) error { return writeAll(f, b, off) }
 	d.tail = copy(d.buf, header)
 	return d, nil
 }
@@ -91,10 +104,16 @@ func (d *directFile) write(b []byte, off int64) (direct bool, err error) {
 	end := len(b)
 	padded := alignUp(end)
 	clear(d.buf[end:padded])
-	direct = end-d.tail >= directMinGroup
+	direct = end-d.tail >= directMinGroup && d.refused == nil
 	if direct {
-		err = writeAll(d.f, d.buf[:padded], off)
-	} else {
+		err = d.writeDirect(d.buf[:padded], off)
+		if errors.Is(err, syscall.EINVAL) {
+			// Refused before any byte moved; and the same bytes at the
+			// same offsets are harmless to write again anyway.
+			d.refused, direct = err, false
+		}
+	}
+	if !direct {
 		err = writeFull(d.buffered, d.buf[:padded], off)
 	}
 	if err != nil {

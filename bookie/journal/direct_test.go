@@ -1,11 +1,14 @@
 package journal
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -184,3 +187,46 @@ func sortRecs(rs []rec) {
 }
 
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// A file system that accepts O_DIRECT at open but refuses its writes
+// (EINVAL) costs one warning: the group goes through the page cache, and
+// so does every later one, in this file and the next.
+func TestDirectWriteRefused(t *testing.T) {
+	dir := directDir(t)
+	log, lb := newLogger()
+	opts := Options{Dir: dir, MaxFileSize: 1 << 20, Logger: log}
+	j, _ := openT(t, opts, Position{})
+	if j.w.direct == nil {
+		t.Fatalf("the journal in %s writes through the page cache: O_DIRECT was refused there", dir)
+	}
+	tries := 0
+	j.w.direct.writeDirect = func([]byte, int64) error {
+		tries++
+		return fmt.Errorf("write: %w", syscall.EINVAL)
+	}
+	var acked []rec
+	for i := range 12 {
+		body := testBody(1, i, directMinGroup+i*1000)
+		r := appendWait(t, j, 1, body)
+		if r.Err != nil {
+			t.Fatalf("append %d: %v", i, r.Err)
+		}
+		acked = append(acked, rec{r.End, 1, body})
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if tries != 1 || j.directGroups.Load() != 0 || j.w.direct != nil || acked[len(acked)-1].End.File == acked[0].End.File {
+		t.Errorf("%d direct tries, %d direct groups, direct file after rotation %v, files %d..%d: want one refused try, none after, a rotation",
+			tries, j.directGroups.Load(), j.w.direct != nil, acked[0].End.File, acked[len(acked)-1].End.File)
+	}
+	if w := lb.lines("WARN"); len(w) != 1 || !strings.Contains(w[0], "refused an O_DIRECT write") {
+		t.Errorf("want one warning about the refused write:\n%s", lb)
+	}
+	opts.Logger = discardLogger
+	j, got := openT(t, opts, Position{})
+	checkRecs(t, got, acked)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -159,7 +159,14 @@ func (j *Journal) commit() {
 // without an error: the file now ends mid-group.
 func (j *Journal) writeAndSync(buf []byte, off int64) error {
 	if j.w.direct != nil {
-		direct, err := j.w.direct.write(buf, off)
+		d := j.w.direct
+		direct, err := d.write(buf, off)
+		if d.refused != nil && !d.reported {
+			d.reported = true
+			j.direct = false // the next files too
+			j.log.Warn("journal: the file system refused an O_DIRECT write; writing through the page cache from now on",
+				"file", j.w.path, "offset", off, "err", d.refused)
+		}
 		if err != nil {
 			return err
 		}

@@ -28,7 +28,7 @@ var bookieStorageSettings = []setting{
 	{"journal-max-group-bytes", "524288", "bytes", "group commit: flush the journal when a group of adds reaches this many bytes"},
 	{"journal-max-group-wait", "1ms", "duration", "group commit: longest an add waits for its group to fill (only with journal-flush-when-queue-empty=false)"},
 	{"journal-flush-when-queue-empty", "true", "bool", "group commit: flush as soon as no more adds are queued (lowest latency)"},
-	{"journal-direct-io", "true", "bool", "write journal records with O_DIRECT (not through the page cache, which only recovery would read); where the file system refuses it, the bookie logs a warning and uses the page cache"},
+	{"journal-direct-io", "true", "bool", "write journal records with O_DIRECT (not through the page cache, which only recovery would read); where the file system refuses it (at open or at the first write), the bookie logs a warning and uses the page cache"},
 	{"journal-reuse-files", "2", "count", "journal files a checkpoint released that are kept to be written over by later files (cheaper fsyncs, no deletions on the write path); others are deleted gradually; 0 deletes them all"},
 	{"entry-log-max-size", "1073741824", "bytes", "start a new entry log when the current one passes this size"},
 	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files released"},
