@@ -2,9 +2,11 @@ package journal
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -266,10 +268,14 @@ func (j *Journal) startFile(num uint64) error {
 	if j.direct {
 		hdr := fileHeader{version: formatV2, num: num}.encode()
 		if d, err := newDirectFile(path, f, hdr[:]); err != nil {
-			// Not fatal: the page cache does the job, slower.
-			j.direct = false
-			j.log.Warn("journal: direct I/O (O_DIRECT) not available here, writing through the page cache",
-				"file", path, "err", err)
+			// Not fatal: the page cache does the job, slower. Refused
+			// by the file system: for good; anything else (out of file
+			// descriptors): for this file.
+			if errors.Is(err, syscall.EINVAL) || errors.Is(err, errors.ErrUnsupported) {
+				j.direct = false
+			}
+			j.log.Warn("journal: direct I/O (O_DIRECT) not available, writing through the page cache",
+				"file", path, "for_good", !j.direct, "err", err)
 		} else {
 			j.w.direct = d
 		}

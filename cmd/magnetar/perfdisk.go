@@ -120,8 +120,8 @@ type durableAppends struct {
 // the disk's limit for publish latency at that rate: a broker cannot
 // acknowledge sooner than its records are durable.
 func measureDurableAppends(ctx context.Context, fs vfs.FS, dir string, rate float64, size int, d time.Duration) (*durableAppends, error) {
-	if rate <= 0 || size <= 0 {
-		return nil, fmt.Errorf("durable appends: rate %g and size %d must be positive", rate, size)
+	if rate <= 0 || rate > 1e6 || size <= 0 {
+		return nil, fmt.Errorf("durable appends: rate %g must be within (0, 10^6] and size %d positive", rate, size)
 	}
 	path := fs.PathJoin(dir, "disk-appends")
 	defer fs.Remove(path)
@@ -130,7 +130,7 @@ func measureDurableAppends(ctx context.Context, fs vfs.FS, dir string, rate floa
 	fillPattern(buf)
 	// Written beforehand: what the run appends, within reason.
 	prefill := min(int64(rate*d.Seconds())*int64(size)+chunk, 1<<30)
-	if err := prefillFile(fs, path, buf, prefill); err != nil {
+	if err := prefillFile(ctx, fs, path, buf, prefill); err != nil {
 		return nil, err
 	}
 	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
@@ -231,13 +231,13 @@ func measureDurableAppends(ctx context.Context, fs vfs.FS, dir string, rate floa
 }
 
 // prefillFile writes size bytes of buf, repeated, to a new file at path
-// and makes them durable.
-func prefillFile(fs vfs.FS, path string, buf []byte, size int64) error {
+// and makes them durable; less if ctx ends.
+func prefillFile(ctx context.Context, fs vfs.FS, path string, buf []byte, size int64) error {
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	for left := size; left > 0; left -= int64(len(buf)) {
+	for left := size; left > 0 && ctx.Err() == nil; left -= int64(len(buf)) {
 		if _, err := f.Write(buf[:min(left, int64(len(buf)))]); err != nil {
 			f.Close()
 			return err

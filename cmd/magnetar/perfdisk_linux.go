@@ -17,6 +17,7 @@ import (
 // returns errDirectUnsupported where the file system refuses O_DIRECT.
 func measureDirectWrites(ctx context.Context, dir string, block int, d time.Duration) (*syncedWrites, error) {
 	path := filepath.Join(dir, "disk-baseline-direct")
+	defer os.Remove(path) // O_CREATE makes it even when O_DIRECT is then refused
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_DIRECT, 0o644)
 	if errors.Is(err, syscall.EINVAL) {
 		return nil, fmt.Errorf("%w in %s: %w", errDirectUnsupported, dir, err)
@@ -24,7 +25,6 @@ func measureDirectWrites(ctx context.Context, dir string, block int, d time.Dura
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(path)
 	defer f.Close()
 	// O_DIRECT wants memory aligned to the device's block size; 4 KiB is
 	// a multiple of the common ones, and block a multiple of it.
@@ -33,5 +33,9 @@ func measureDirectWrites(ctx context.Context, dir string, block int, d time.Dura
 	skip := (align - int(uintptr(unsafe.Pointer(&raw[0]))%align)) % align
 	buf := raw[skip : skip+block]
 	fillPattern(buf)
-	return syncedWriteLoop(ctx, f.Write, func() error { return syscall.Fdatasync(int(f.Fd())) }, buf, d)
+	r, err := syncedWriteLoop(ctx, f.Write, func() error { return syscall.Fdatasync(int(f.Fd())) }, buf, d)
+	if errors.Is(err, syscall.EINVAL) { // taken at open, refused at the write
+		return nil, fmt.Errorf("%w in %s: %w", errDirectUnsupported, dir, err)
+	}
+	return r, err
 }

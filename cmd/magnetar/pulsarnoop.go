@@ -23,15 +23,17 @@ import (
 // broker does any work: Magnetar's Pulsar publish latency cannot be lower.
 // Anything but a producer's commands is answered with an ERROR.
 type noopPulsar struct {
-	ln    net.Listener
-	log   *slog.Logger
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	ln     net.Listener
+	log    *slog.Logger
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool // by Close: connections accepted afterwards are closed
 }
 
-// noopMaxFrame is the frame size the no-op broker announces and accepts.
-const noopMaxFrame = 5 << 20
+// noopMaxMessage is the message size the no-op broker announces; it
+// accepts frames of that plus frame.FramePadding.
+const noopMaxMessage = 5 << 20
 
 // startNoopPulsar listens on a free loopback port and serves until Close.
 func startNoopPulsar(log *slog.Logger) (*noopPulsar, error) {
@@ -52,6 +54,7 @@ func (s *noopPulsar) URL() string { return "pulsar://" + s.ln.Addr().String() }
 func (s *noopPulsar) Close() {
 	s.ln.Close()
 	s.mu.Lock()
+	s.closed = true
 	for c := range s.conns {
 		c.Close()
 	}
@@ -67,6 +70,11 @@ func (s *noopPulsar) accept() {
 			return
 		}
 		s.mu.Lock()
+		if s.closed { // accepted just as Close ran
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		s.wg.Add(1)
@@ -88,7 +96,7 @@ func (s *noopPulsar) accept() {
 // answering several SENDs per wakeup does.
 func (s *noopPulsar) serve(c net.Conn) error {
 	br := bufio.NewReaderSize(c, 64<<10)
-	r := frame.NewReader(br, noopMaxFrame)
+	r := frame.NewReader(br, noopMaxMessage+frame.FramePadding)
 	var out []byte
 	var seq uint64 // entry ids of the receipts
 	for {
@@ -103,7 +111,7 @@ func (s *noopPulsar) serve(c net.Conn) error {
 			reply = &pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
 				ServerVersion:   proto.String("magnetar-perf-noop"),
 				ProtocolVersion: proto.Int32(min(cmd.Connect.GetProtocolVersion(), 21)),
-				MaxMessageSize:  proto.Int32(noopMaxFrame),
+				MaxMessageSize:  proto.Int32(noopMaxMessage),
 			}}
 		case pb.BaseCommand_PING:
 			reply = &pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}}
