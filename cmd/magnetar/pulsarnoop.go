@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/magnetar-io/magnetar/protocol/pulsar/frame"
 	pb "github.com/magnetar-io/magnetar/protocol/pulsar/pulsarpb"
@@ -141,10 +140,12 @@ func (s *noopPulsar) serve(c net.Conn) error {
 		case pb.BaseCommand_CLOSE_PRODUCER:
 			reply = &pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{
 				RequestId: proto.Uint64(cmd.CloseProducer.GetRequestId())}}
-		default:
-			reply = &pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
-				RequestId: proto.Uint64(requestID(cmd)), Error: pb.ServerError_NotAllowedError.Enum(),
-				Message: proto.String(fmt.Sprintf("the no-op broker of perf all serves producers only, not %s", cmd.GetType()))}}
+		default: // answered, as the broker does, when there is a request to answer
+			if id, ok := frame.RequestID(cmd); ok {
+				reply = &pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+					RequestId: proto.Uint64(id), Error: pb.ServerError_NotAllowedError.Enum(),
+					Message: proto.String(fmt.Sprintf("the no-op broker of perf all serves producers only, not %s", cmd.GetType()))}}
+			}
 		}
 		if reply != nil {
 			if out, err = frame.AppendCommand(out, reply); err != nil {
@@ -158,20 +159,4 @@ func (s *noopPulsar) serve(c net.Conn) error {
 			out = out[:0]
 		}
 	}
-}
-
-// requestID is the request_id of cmd's sub-message, 0 if it has none.
-func requestID(cmd *pb.BaseCommand) uint64 {
-	var id uint64
-	cmd.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Kind() != protoreflect.MessageKind {
-			return true
-		}
-		m := v.Message()
-		if f := m.Descriptor().Fields().ByName("request_id"); f != nil && m.Has(f) {
-			id = m.Get(f).Uint()
-		}
-		return false
-	})
-	return id
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/broker/msgpb"
@@ -324,30 +323,11 @@ func (c *conn) handle(f *frame.Frame) error {
 // async runs a slow command on its own goroutine.
 func (c *conn) async(f func()) { go f() }
 
-// requestID of commands that have one, for error answers.
-func requestID(cmd *pb.BaseCommand) (uint64, bool) {
-	m := cmd.ProtoReflect()
-	var id uint64
-	found := false
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Message() == nil {
-			return true
-		}
-		sub := v.Message()
-		if f := sub.Descriptor().Fields().ByName("request_id"); f != nil && sub.Has(f) {
-			id, found = sub.Get(f).Uint(), true
-			return false
-		}
-		return true
-	})
-	return id, found
-}
-
 // unsupported answers a command the broker does not implement with an
 // ERROR naming it (when the command has a request id to answer).
 func (c *conn) unsupported(cmd *pb.BaseCommand) {
 	c.log.Info("pulsar: command not supported", "command", cmd.GetType().String())
-	id, ok := requestID(cmd)
+	id, ok := frame.RequestID(cmd)
 	if !ok {
 		return
 	}

@@ -210,3 +210,22 @@ func checkCommand(cmd *pulsarpb.BaseCommand) error {
 	}
 	return nil
 }
+
+// RequestID is the request_id of cmd's sub-message, for error answers;
+// false if it has none.
+func RequestID(cmd *pulsarpb.BaseCommand) (uint64, bool) {
+	var id uint64
+	found := false
+	cmd.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil {
+			return true
+		}
+		sub := v.Message()
+		if f := sub.Descriptor().Fields().ByName("request_id"); f != nil && sub.Has(f) {
+			id, found = sub.Get(f).Uint(), true
+			return false
+		}
+		return true
+	})
+	return id, found
+}
