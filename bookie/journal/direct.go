@@ -1,10 +1,8 @@
 package journal
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -37,7 +35,7 @@ import (
 // through the page cache (vfs), and synced, before or after all direct
 // writes to their block, so each write sees the other's bytes. A file
 // system that takes O_DIRECT at open but refuses the write (EINVAL) gets
-// that group, and every later one, through the page cache.
+// that group, and every later one, through the page cache (writeAndSync).
 const directAlign = 4096
 
 // directMinGroup: groups smaller than this are written through the page
@@ -60,12 +58,6 @@ type directFile struct {
 	tail int
 	// writeDirect writes with O_DIRECT (tests replace it).
 	writeDirect func(b []byte, off int64) error
-	// refused is the error of the first O_DIRECT write the file system
-	// refused (EINVAL: it accepted O_DIRECT at open, not for writes);
-	// every group goes through the page cache from then on. reported:
-	// the journal has logged it.
-	refused  error
-	reported bool
 }
 
 // newDirectFile opens path for direct writes; header is the file's header,
@@ -95,8 +87,8 @@ func (d *directFile) group(n int) []byte {
 
 // write writes b (a buffer from group, with the records appended) at off,
 // the offset of the tail's first byte, padded with zeros to a block
-// boundary; then keeps the new tail. It reports whether it wrote with
-// O_DIRECT.
+// boundary; then keeps the new tail. It reports whether it wrote (or
+// tried to write) with O_DIRECT.
 func (d *directFile) write(b []byte, off int64) (direct bool, err error) {
 	if &b[:1][0] != &d.buf[:1][0] {
 		return false, fmt.Errorf("journal: direct write of a buffer not from group")
@@ -104,20 +96,14 @@ func (d *directFile) write(b []byte, off int64) (direct bool, err error) {
 	end := len(b)
 	padded := alignUp(end)
 	clear(d.buf[end:padded])
-	direct = end-d.tail >= directMinGroup && d.refused == nil
+	direct = end-d.tail >= directMinGroup
 	if direct {
 		err = d.writeDirect(d.buf[:padded], off)
-		if errors.Is(err, syscall.EINVAL) {
-			// Refused before any byte moved; and the same bytes at the
-			// same offsets are harmless to write again anyway.
-			d.refused, direct = err, false
-		}
-	}
-	if !direct {
+	} else {
 		err = writeFull(d.buffered, d.buf[:padded], off)
 	}
 	if err != nil {
-		return false, err
+		return direct, err
 	}
 	last := end - end%directAlign
 	d.tail = copy(d.buf, d.buf[last:end])

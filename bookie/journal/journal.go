@@ -249,13 +249,13 @@ type Journal struct {
 	wake    chan struct{} // cap 1: work (or Close) for an idle writer
 	stopped chan struct{} // closed when the writer goroutine exits
 
-	// w is owned by the writer goroutine: Open sets it up before starting
-	// the writer, and Close reads it only after the writer stopped.
 	// direct: records are written with O_DIRECT (Options.BufferedIO unset,
 	// the default FS, and the file system allowed it so far). Owned by
 	// the writer goroutine, like w.
 	direct bool
 
+	// w is owned by the writer goroutine: Open sets it up before starting
+	// the writer, and Close reads it only after the writer stopped.
 	w struct {
 		file   vfs.File
 		direct *directFile // the current file's O_DIRECT descriptor; nil: write through file

@@ -160,23 +160,35 @@ func (j *Journal) commit() {
 // so far begin buf) and makes it durable. A short write is a failure even
 // without an error: the file now ends mid-group.
 func (j *Journal) writeAndSync(buf []byte, off int64) error {
-	if j.w.direct != nil {
-		d := j.w.direct
+	written := false
+	if d := j.w.direct; d != nil {
 		direct, err := d.write(buf, off)
-		if d.refused != nil && !d.reported {
-			d.reported = true
-			j.direct = false // the next files too
+		switch {
+		case direct && errors.Is(err, syscall.EINVAL):
+			// O_DIRECT taken at open, refused for the write, before any
+			// byte moved: this group and all later ones, in this file
+			// and the next, go through the page cache. (buf starts at
+			// off with the bytes already there: written again as they
+			// are.)
 			j.log.Warn("journal: the file system refused an O_DIRECT write; writing through the page cache from now on",
-				"file", j.w.path, "offset", off, "err", d.refused)
+				"file", j.w.path, "offset", off, "err", err)
+			j.direct, j.w.direct = false, nil
+			if cerr := d.Close(); cerr != nil {
+				j.log.Warn("journal: close the direct descriptor", "file", j.w.path, "err", cerr)
+			}
+		case err != nil:
+			return err
+		default:
+			written = true
+			if direct {
+				j.directGroups.Add(1)
+			}
 		}
-		if err != nil {
+	}
+	if !written {
+		if err := writeFull(j.w.file, buf, off); err != nil {
 			return err
 		}
-		if direct {
-			j.directGroups.Add(1)
-		}
-	} else if err := writeFull(j.w.file, buf, off); err != nil {
-		return err
 	}
 	if j.opts.NoSync {
 		return nil

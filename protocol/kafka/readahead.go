@@ -20,7 +20,7 @@ import (
 //
 // What is held is bounded: a read-ahead reads about what the fetch served
 // for that partition (within its PartitionMaxBytes), the bytes held by all
-// read-aheads together within Config.ReadAheadBytes (none start beyond
+// read-aheads together within Config.ReadAheadSize (none start beyond
 // it), and what no fetch takes within readAheadTTL is dropped. Entries are
 // immutable once read, so serving them later is serving what a read then
 // would give; a fetch checks the offset range before it looks here.
