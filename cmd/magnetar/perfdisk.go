@@ -147,15 +147,14 @@ func measureDurableAppends(ctx context.Context, fs vfs.FS, dir string, rate floa
 		stopped = make(chan struct{})
 		done    = make(chan error, 1)
 	)
-	go func() { // the writer
+	go func() { // the writer; once stopped, it takes what is left, then returns
 		var off int64
 		var group []time.Time
-		for {
+		for last := false; !last; {
 			select {
 			case <-more:
 			case <-stopped:
-				done <- nil
-				return
+				last = true
 			}
 			mu.Lock()
 			group, due = due, group[:0]
@@ -183,6 +182,7 @@ func measureDurableAppends(ctx context.Context, fs vfs.FS, dir string, rate floa
 			r.Appends += int64(len(group))
 			r.Syncs++
 		}
+		done <- nil
 	}()
 
 	interval := time.Duration(float64(time.Second) / rate)
@@ -206,20 +206,6 @@ func measureDurableAppends(ctx context.Context, fs vfs.FS, dir string, rate floa
 		case err := <-done: // before stopped is closed, only a failure
 			return nil, err
 		default:
-		}
-	}
-	// Stop once the last group is taken; the writer returns after its sync.
-	for {
-		mu.Lock()
-		left := len(due)
-		mu.Unlock()
-		if left == 0 || ctx.Err() != nil {
-			break
-		}
-		select {
-		case err := <-done:
-			return nil, err
-		case <-time.After(time.Millisecond):
 		}
 	}
 	close(stopped)
