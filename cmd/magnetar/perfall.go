@@ -702,15 +702,7 @@ func (b *benchRun) runNoopPulsar(ctx context.Context, figs benchFigures) error {
 		return err
 	}
 	defer client.Close()
-	var steps []benchStep
-	for _, r := range benchRates {
-		name := loadAt("pulsar-publish", r.rate)
-		steps = append(steps, benchStep{name, func(ctx context.Context) (err error) {
-			figs[name], err = b.pulsarProduce(ctx, client, "noop-"+name, false, r.rate)
-			return err
-		}})
-	}
-	return b.runSteps(ctx, "no-op pulsar", steps, nil)
+	return b.runSteps(ctx, "no-op pulsar", b.pulsarPublishSteps(client, "noop-", figs), nil)
 }
 
 // standaloneReady is what perf all reads of the standalone's ready line.
@@ -1026,17 +1018,24 @@ func checkAllRead(produced *pulsarResult, reads ...*pulsarResult) error {
 	return nil
 }
 
-// pulsarSteps are the Pulsar loads through client, whose results go into
-// figs.
-func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures) []benchStep {
+// pulsarPublishSteps are the Pulsar publish latency loads through client,
+// on topics named prefix+load, whose results go into figs.
+func (b *benchRun) pulsarPublishSteps(client pulsar.Client, prefix string, figs benchFigures) []benchStep {
 	var steps []benchStep
 	for _, r := range benchRates {
 		name := loadAt("pulsar-publish", r.rate)
 		steps = append(steps, benchStep{name, func(ctx context.Context) (err error) {
-			figs[name], err = b.pulsarProduce(ctx, client, "bench-"+name, false, r.rate)
+			figs[name], err = b.pulsarProduce(ctx, client, prefix+name, false, r.rate)
 			return err
 		}})
 	}
+	return steps
+}
+
+// pulsarSteps are the Pulsar loads through client, whose results go into
+// figs.
+func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures) []benchStep {
+	steps := b.pulsarPublishSteps(client, "bench-", figs)
 	for _, r := range benchRates {
 		name := loadAt("pulsar-e2e", r.rate)
 		steps = append(steps, benchStep{name, func(ctx context.Context) (err error) {
