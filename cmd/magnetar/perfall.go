@@ -98,7 +98,12 @@ func newPerfAllCommand(a *app) *cobra.Command {
    the first).
 2. The Pulsar publish latency loads against an in-process no-op broker,
    which acknowledges each message at once and stores nothing: what the
-   client and the machine take before any broker work.
+   client and the machine take before any broker work. Then the same
+   loads against it with a store: each message written to a file in the
+   scratch directory (64 MiB, written and synced beforehand, then written
+   over as a ring) and acknowledged once fdatasync made it durable, one
+   writer taking every message waiting (group commit): the least a broker
+   that acknowledges after fsync does, with this client on this machine.
 3. Magnetar standalone, started from this same binary as a child process
    with a fresh data directory in the scratch directory, on free loopback
    ports, with its defaults (fsync on) and no MAGNETAR_* environment; it is
@@ -132,7 +137,8 @@ Progress lines every second, then one table: each figure for Magnetar and
 kfake, Magnetar ÷ kfake, Magnetar ÷ the machine's limit, and the goals of
 issue 10, met or not; a latency goal is "unattainable here" when a floor
 measured in the same run is above it (the durable appends' p99; for
-Pulsar also the client's p99 with the no-op broker). MB is 10^6 bytes of payload; latencies in ms run from
+Pulsar also the client's p99 with the no-op broker, without and with its
+store). MB is 10^6 bytes of payload; latencies in ms run from
 when a message was due (open loop), so a stall counts against every message
 it delays. MiB and KiB (memory) are 2^20 and 2^10 bytes.
 
@@ -271,8 +277,11 @@ type benchResults struct {
 	magnetar, kfake benchFigures
 	// noop holds pulsar-client-go's publish loads against a broker that
 	// acknowledges at once (noopPulsar), by load name.
-	noop       benchFigures
-	partitions *partitionsResult // nil if not measured
+	noop benchFigures
+	// noopDurable: the same loads against the no-op broker with a store,
+	// which acknowledges each message once fdatasync made it durable.
+	noopDurable benchFigures
+	partitions  *partitionsResult // nil if not measured
 	// broker holds, by latency load, the standalone's own latency
 	// histograms over the load (scraped from /metrics before and after).
 	broker map[string]brokerLatency
@@ -304,13 +313,16 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(out, "scratch directory %s (removed at the end)\n", dir)
 
-	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, noop: benchFigures{}}
+	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, noop: benchFigures{}, noopDurable: benchFigures{}}
 	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout}
 	err = b.measureLimits(ctx, dir, res)
 	if err == nil {
 		// Before kfake has filled this process's heap with gigabytes of
 		// records, which the no-op broker would then share.
-		err = b.runNoopPulsar(ctx, res.noop)
+		err = b.runNoopPulsar(ctx, "", res.noop)
+	}
+	if err == nil {
+		err = b.runNoopPulsar(ctx, dir, res.noopDurable)
 	}
 	if err == nil {
 		err = b.runMagnetar(ctx, exe, filepath.Join(dir, "standalone"), logs, res)
@@ -686,13 +698,28 @@ func (b *benchRun) runKFake(ctx context.Context, figs benchFigures) error {
 
 // runNoopPulsar runs the Pulsar publish latency loads against a no-op
 // broker in this process (as kfake is): the client's and the machine's
-// share of a publish, with no broker work at all.
-func (b *benchRun) runNoopPulsar(ctx context.Context, figs benchFigures) error {
+// share of a publish, with no broker work at all. With storeDir set, the
+// broker writes each message to a file there and acknowledges it once
+// fdatasync made it durable (noopStore): the least a durable broker does.
+func (b *benchRun) runNoopPulsar(ctx context.Context, storeDir string, figs benchFigures) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	fmt.Fprintln(b.out, "\n[no-op pulsar] starting an in-process Pulsar broker that acknowledges each message at once and stores nothing")
-	s, err := startNoopPulsar(b.log)
+	var store *noopStore
+	name := "no-op pulsar"
+	if storeDir == "" {
+		fmt.Fprintln(b.out, "\n[no-op pulsar] starting an in-process Pulsar broker that acknowledges each message at once and stores nothing")
+	} else {
+		name = "durable no-op pulsar"
+		fmt.Fprintf(b.out, "\n[%s] starting an in-process Pulsar broker that acknowledges each message once it is written and fdatasync'd (group commit; a %d MiB file written beforehand)\n",
+			name, noopStoreSize>>20)
+		var err error
+		if store, err = openNoopStore(ctx, b.log, vfs.Default, filepath.Join(storeDir, "noop-store"), noopStoreSize); err != nil {
+			return err
+		}
+		defer store.Close()
+	}
+	s, err := startNoopPulsar(b.log, store)
 	if err != nil {
 		return err
 	}
@@ -702,7 +729,7 @@ func (b *benchRun) runNoopPulsar(ctx context.Context, figs benchFigures) error {
 		return err
 	}
 	defer client.Close()
-	return b.runSteps(ctx, "no-op pulsar", b.pulsarPublishSteps(client, "noop-", figs), nil)
+	return b.runSteps(ctx, name, b.pulsarPublishSteps(client, "noop-", figs), nil)
 }
 
 // standaloneReady is what perf all reads of the standalone's ready line.
@@ -1647,7 +1674,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; for Pulsar also the client's p99 with the no-op broker)`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; for Pulsar also the client's p99 with the no-op broker and with the durable no-op broker)`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1724,6 +1751,9 @@ func benchLimits(res *benchResults) map[string]benchLimit {
 		if f := res.noop[loadAt("pulsar-publish", r.rate)]; f != nil {
 			l[noopLimit(r.rate)] = benchLimit{"the client's p99 with a no-op broker", ms(f.Latency.Quantile(0.99))}
 		}
+		if f := res.noopDurable[loadAt("pulsar-publish", r.rate)]; f != nil {
+			l[noopDurableLimit(r.rate)] = benchLimit{"the client's p99 with a durable no-op broker", ms(f.Latency.Quantile(0.99))}
+		}
 	}
 	return l
 }
@@ -1734,6 +1764,9 @@ func appendsLimit(rate float64) string { return fmt.Sprintf("appends-%g", rate) 
 // noopLimit is the key in benchLimits of pulsar-client-go's publish p99 at
 // rate against the no-op broker.
 func noopLimit(rate float64) string { return fmt.Sprintf("noop-%g", rate) }
+
+// noopDurableLimit is noopLimit for the durable no-op broker.
+func noopDurableLimit(rate float64) string { return fmt.Sprintf("noop-durable-%g", rate) }
 
 // benchRows are the rows of the results table after the limits.
 func benchRows(cfg perfAllConfig) []benchRow {
@@ -1766,7 +1799,7 @@ func benchRows(cfg perfAllConfig) []benchRow {
 						row.goals = []goal{{max: r.maxP99, text: fmt.Sprintf("≤ %g ms", r.maxP99)}}
 						row.floors = []string{appendsLimit(r.rate)}
 						if kind == "pulsar-publish" {
-							row.floors = append(row.floors, noopLimit(r.rate))
+							row.floors = append(row.floors, noopLimit(r.rate), noopDurableLimit(r.rate))
 						}
 					}
 				}
@@ -1900,6 +1933,13 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 	quantileRows("Pulsar publish at %s/s to a no-op broker (the client alone), p%g ms",
 		func(rate float64) *latencyHist {
 			if f := res.noop[loadAt("pulsar-publish", rate)]; f != nil {
+				return &f.Latency
+			}
+			return nil
+		})
+	quantileRows("Pulsar publish at %s/s to a durable no-op broker (group commit + fdatasync), p%g ms",
+		func(rate float64) *latencyHist {
+			if f := res.noopDurable[loadAt("pulsar-publish", rate)]; f != nil {
 				return &f.Latency
 			}
 			return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/protocol/pulsar/frame"
@@ -21,9 +23,16 @@ import (
 // kfake, to measure what pulsar-client-go and the machine take before any
 // broker does any work: Magnetar's Pulsar publish latency cannot be lower.
 // Anything but a producer's commands is answered with an ERROR.
+//
+// With a store (startNoopPulsar's store argument), it is the least a
+// broker that acknowledges after fsync can do: each SEND's message is
+// written to the store's file and its receipt sent once a group commit
+// has made it durable (noopStore). Magnetar does that and more (an
+// index, entry logs, a cache, a second copy of each message).
 type noopPulsar struct {
 	ln     net.Listener
 	log    *slog.Logger
+	store  *noopStore // nil: receipts at once
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -35,12 +44,13 @@ type noopPulsar struct {
 const noopMaxMessage = 5 << 20
 
 // startNoopPulsar listens on a free loopback port and serves until Close.
-func startNoopPulsar(log *slog.Logger) (*noopPulsar, error) {
+// With a store, receipts wait for it; Close does not close it.
+func startNoopPulsar(log *slog.Logger, store *noopStore) (*noopPulsar, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("no-op Pulsar broker: %w", err)
 	}
-	s := &noopPulsar{ln: ln, log: log, conns: map[net.Conn]struct{}{}}
+	s := &noopPulsar{ln: ln, log: log, store: store, conns: map[net.Conn]struct{}{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -93,8 +103,9 @@ func (s *noopPulsar) accept() {
 // serve answers one connection's commands in order. Replies are gathered
 // in a buffer and written when no more input is waiting, as a broker
 // answering several SENDs per wakeup does.
-func (s *noopPulsar) serve(c net.Conn) error {
-	br := bufio.NewReaderSize(c, 64<<10)
+func (s *noopPulsar) serve(nc net.Conn) error {
+	c := &noopConn{c: nc}
+	br := bufio.NewReaderSize(nc, 64<<10)
 	r := frame.NewReader(br, noopMaxMessage+frame.FramePadding)
 	var out []byte
 	var seq uint64 // entry ids of the receipts
@@ -134,9 +145,13 @@ func (s *noopPulsar) serve(c net.Conn) error {
 				RequestId: proto.Uint64(p.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(-1)}}
 		case pb.BaseCommand_SEND:
 			sc := cmd.Send
-			out = frame.AppendSendReceipt(out, frame.Receipt{ProducerID: sc.GetProducerId(), SequenceID: sc.GetSequenceId(),
-				Ledger: 1, Entry: seq, Partition: -1})
+			rc := frame.Receipt{ProducerID: sc.GetProducerId(), SequenceID: sc.GetSequenceId(), Ledger: 1, Entry: seq, Partition: -1}
 			seq++
+			if s.store == nil {
+				out = frame.AppendSendReceipt(out, rc)
+			} else if err := s.store.add(c, rc, f.HeadersAndPayload); err != nil {
+				return err
+			}
 		case pb.BaseCommand_CLOSE_PRODUCER:
 			reply = &pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{
 				RequestId: proto.Uint64(cmd.CloseProducer.GetRequestId())}}
@@ -153,10 +168,148 @@ func (s *noopPulsar) serve(c net.Conn) error {
 			}
 		}
 		if len(out) > 0 && br.Buffered() == 0 {
-			if _, err := c.Write(out); err != nil {
+			if err := c.write(out); err != nil {
 				return err
 			}
 			out = out[:0]
 		}
 	}
+}
+
+// noopConn is a connection of the no-op broker: its replies and the
+// store's receipts are written under mu.
+type noopConn struct {
+	c  net.Conn
+	mu sync.Mutex
+}
+
+func (c *noopConn) write(b []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.c.Write(b)
+	return err
+}
+
+// noopStore is the durable no-op broker's log: one writer takes every
+// message waiting, writes them with one write, calls fdatasync, then
+// sends their receipts (group commit, a new group as soon as the last is
+// synced, as measureDurableAppends does). Its file is written and synced
+// first and then written over as a ring, as a journal reusing its files
+// does, so that no fdatasync has a file size to commit.
+type noopStore struct {
+	log   *slog.Logger
+	f     vfs.File
+	size  int64 // the ring's size
+	mu    sync.Mutex
+	queue []noopSend
+	err   error // the writer's failure; then add fails
+	more  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// noopStoreSize is the size of the durable no-op broker's file.
+const noopStoreSize = 64 << 20
+
+// noopSend is a message waiting for the store: its receipt, its
+// connection and its bytes.
+type noopSend struct {
+	c    *noopConn
+	rc   frame.Receipt
+	data []byte
+}
+
+// openNoopStore prefills a size-byte file at path (removed by Close).
+func openNoopStore(ctx context.Context, log *slog.Logger, fs vfs.FS, path string, size int64) (*noopStore, error) {
+	buf := make([]byte, 1<<20)
+	fillPattern(buf)
+	if err := prefillFile(ctx, fs, path, buf, size); err != nil {
+		return nil, fmt.Errorf("no-op Pulsar broker's store: %w", err)
+	}
+	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, fmt.Errorf("no-op Pulsar broker's store: %w", err)
+	}
+	st := &noopStore{log: log, f: f, size: size, more: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go st.run(fs, path)
+	return st, nil
+}
+
+// add queues a message; its receipt goes to c once it is durable.
+func (st *noopStore) add(c *noopConn, rc frame.Receipt, data []byte) error {
+	st.mu.Lock()
+	err := st.err
+	if err == nil {
+		st.queue = append(st.queue, noopSend{c: c, rc: rc, data: data})
+	}
+	st.mu.Unlock()
+	select {
+	case st.more <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+func (st *noopStore) run(fs vfs.FS, path string) {
+	defer close(st.done)
+	defer fs.Remove(path)
+	defer st.f.Close()
+	var (
+		group []noopSend
+		buf   []byte
+		off   int64
+		outs  = map[*noopConn][]byte{}
+	)
+	for {
+		select {
+		case <-st.more:
+		case <-st.stop:
+			return
+		}
+		st.mu.Lock()
+		group, st.queue = st.queue, group[:0]
+		st.mu.Unlock()
+		if len(group) == 0 {
+			continue
+		}
+		buf = buf[:0]
+		for _, m := range group {
+			buf = append(buf, m.data...)
+		}
+		if off+int64(len(buf)) > st.size {
+			off = 0
+		}
+		_, err := st.f.WriteAt(buf, off)
+		if err == nil {
+			err = st.f.SyncData()
+		}
+		if err != nil {
+			// Nothing is acknowledged from now on; the connections
+			// waiting are closed rather than left without receipts.
+			st.mu.Lock()
+			st.err = fmt.Errorf("no-op Pulsar broker's store: %w", err)
+			st.mu.Unlock()
+			st.log.Error("no-op Pulsar broker: the store failed; closing the connections waiting for it", "err", err)
+			for _, m := range group {
+				m.c.c.Close()
+			}
+			return
+		}
+		off += int64(len(buf))
+		for _, m := range group {
+			outs[m.c] = frame.AppendSendReceipt(outs[m.c], m.rc)
+		}
+		for c, out := range outs {
+			_ = c.write(out) // a failed connection fails its reader too
+		}
+		clear(outs)
+		clear(group)
+	}
+}
+
+// Close stops the writer (messages waiting get no receipt) and removes the
+// file.
+func (st *noopStore) Close() {
+	close(st.stop)
+	<-st.done
 }
