@@ -29,9 +29,9 @@ import (
 // write with zeros to a block boundary. The next group rewrites the tail
 // block with the same leading bytes, so a torn rewrite leaves earlier
 // records as they were; the zeros after the last record read as a zeroed
-// record header, which recovery treats as the end of the records (logged
-// and cut off after a crash; a closed or rotated file's header says where
-// its records end). The file header and its end field are still written
+// record header, which recovery treats as the end of the records (cut off
+// after a crash; a closed or rotated file's header says where its records
+// end). The file header and its end field are still written
 // through the page cache (vfs), and synced, before or after all direct
 // writes to their block, so each write sees the other's bytes. A file
 // system that takes O_DIRECT at open but refuses the write (EINVAL) gets

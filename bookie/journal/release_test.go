@@ -106,7 +106,10 @@ func TestReuseOfReleasedFiles(t *testing.T) {
 	freeDeletion = fsutil.Gradual{Step: 256}
 	dir := t.TempDir() + "/journal"
 	logger, lb := newLogger()
-	opts := Options{Dir: dir, MaxFileSize: 1010, Logger: logger}
+	// Files of about 1 KiB: no zeros written ahead of their records, and
+	// no direct writes, whose padding to a block would write zeros over a
+	// reused file's old records right after the new ones.
+	opts := Options{Dir: dir, MaxFileSize: 1010, Logger: logger, ZeroAhead: -1, BufferedIO: true}
 	j, _ := openT(t, opts, Position{})
 	var acked []rec
 	add := func(n, size int) {

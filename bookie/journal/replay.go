@@ -154,9 +154,23 @@ func (r *replayer) scan(f vfs.File, path string, num uint64, start int64, skip, 
 					"file", path, "offset", off, "skipped_bytes", limit-off, "err", cerr)
 				return res, nil
 			}
+			res.cut = true
+			if reason == zeroedHeader {
+				zeros, err := r.zerosToEnd(limit - off - recordHeaderSize)
+				if err != nil {
+					return res, fmt.Errorf("journal: read %s at offset %d: %w", path, off, err)
+				}
+				if zeros {
+					// The zeros written ahead of the records, or the
+					// padding of the last direct write: the end of the
+					// records, not damage.
+					r.log.Info("journal: the last file's records end where zeros begin, cutting the zeros off",
+						"file", path, "offset", off, "cut_bytes", size-off)
+					return res, nil
+				}
+			}
 			r.log.Warn("journal: torn tail, cutting it off",
 				"file", path, "offset", off, "cut_bytes", size-off, "reused_file", h.version == formatV2, "err", cerr)
-			res.cut = true
 			return res, nil
 		}
 		off += recordSize(len(body))
@@ -184,7 +198,7 @@ func (r *replayer) next(remaining int64, salt uint32) (typ byte, body []byte, re
 		return 0, nil, "", unexpectedEOF(err)
 	}
 	if h == [recordHeaderSize]byte{} {
-		return 0, nil, "zeroed record header", nil
+		return 0, nil, zeroedHeader, nil
 	}
 	crc := binary.BigEndian.Uint32(h[0:]) ^ salt
 	length := binary.BigEndian.Uint32(h[4:])
@@ -209,6 +223,27 @@ func (r *replayer) next(remaining int64, salt uint32) (typ byte, body []byte, re
 		return 0, nil, fmt.Sprintf("checksum mismatch: computed %08x, stored %08x", got, crc), nil
 	}
 	return typ, body, "", nil
+}
+
+// zeroedHeader is next's reason for a record header of zeros.
+const zeroedHeader = "zeroed record header"
+
+// zerosToEnd reports whether the next n bytes of the reader are all zeros.
+func (r *replayer) zerosToEnd(n int64) (bool, error) {
+	for n > 0 {
+		b, err := r.br.Peek(int(min(n, int64(r.br.Size()))))
+		if err != nil {
+			return false, unexpectedEOF(err)
+		}
+		for _, c := range b {
+			if c != 0 {
+				return false, nil
+			}
+		}
+		r.br.Discard(len(b))
+		n -= int64(len(b))
+	}
+	return true, nil
 }
 
 // unexpectedEOF turns EOF inside bytes the file's size promised into an error

@@ -160,7 +160,14 @@ func (j *Journal) commit() {
 // so far begin buf) and makes it durable. A short write is a failure even
 // without an error: the file now ends mid-group.
 func (j *Journal) writeAndSync(buf []byte, off int64) error {
-	written := false
+	if z := j.w.fill; z != nil {
+		to := off + int64(len(buf))
+		if j.w.direct != nil {
+			to = off + int64(alignUp(len(buf))) // written padded
+		}
+		z.claim(off, to)
+	}
+	written, small := false, true
 	if d := j.w.direct; d != nil {
 		direct, err := d.write(buf, off)
 		switch {
@@ -173,6 +180,7 @@ func (j *Journal) writeAndSync(buf []byte, off int64) error {
 			j.log.Warn("journal: the file system refused an O_DIRECT write; writing through the page cache from now on",
 				"file", j.w.path, "offset", off, "err", err)
 			j.direct, j.w.direct = false, nil
+			j.stopFiller() // it writes through d
 			if cerr := d.Close(); cerr != nil {
 				j.log.Warn("journal: close the direct descriptor", "file", j.w.path, "err", cerr)
 			}
@@ -182,6 +190,7 @@ func (j *Journal) writeAndSync(buf []byte, off int64) error {
 			written = true
 			if direct {
 				j.directGroups.Add(1)
+				small = false
 			}
 		}
 	}
@@ -197,6 +206,9 @@ func (j *Journal) writeAndSync(buf []byte, off int64) error {
 		return fmt.Errorf("fsync: %w", err)
 	}
 	j.syncs.Add(1)
+	if z := j.w.fill; z != nil && small {
+		z.ahead()
+	}
 	return nil
 }
 
@@ -227,6 +239,7 @@ func (j *Journal) fail(err error, off int64) {
 // next file exists: recovery reads a finished file's records up to it and
 // never into a reused file's old data after it.
 func (j *Journal) rotate() {
+	j.stopFiller()
 	old, oldPath, oldDirect := j.w.file, j.w.path, j.w.direct
 	if err := j.finishFile(); err != nil {
 		j.fail(fmt.Errorf("finish the file before rotation: %w", err), j.w.size)
@@ -292,10 +305,39 @@ func (j *Journal) startFile(num uint64) error {
 			j.w.direct = d
 		}
 	}
+	j.startFiller()
 	j.files.Lock()
 	j.files.list = append(j.files.list, fileState{num: num, reusable: true})
 	j.files.Unlock()
 	return nil
+}
+
+// startFiller starts the current file's zero filler (prealloc.go), unless
+// groups are not synced (nothing to gain) or the file's size is unknown.
+func (j *Journal) startFiller() {
+	j.w.fill = nil
+	if j.opts.NoSync || j.opts.ZeroAhead == 0 {
+		return
+	}
+	fi, err := j.w.file.Stat()
+	if err != nil {
+		j.log.Warn("journal: stat the new file; no zeros written ahead in it", "file", j.w.path, "err", err)
+		return
+	}
+	f := j.w.file
+	write := func(b []byte, off int64) error { return writeFull(f, b, off) }
+	if d := j.w.direct; d != nil {
+		write = func(b []byte, off int64) error { return writeAll(d.f, b, off) }
+	}
+	j.w.fill = newZeroFiller(j.log, j.w.path, fi.Size(), j.w.size, j.opts.ZeroAhead, write, f.SyncData, &j.zeroFills)
+}
+
+// stopFiller stops the current file's zero filler, if any.
+func (j *Journal) stopFiller() {
+	if j.w.fill != nil {
+		j.w.fill.close()
+		j.w.fill = nil
+	}
 }
 
 // openFile reuses a free file as file num at path, or creates it.

@@ -1,0 +1,242 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// appendConcurrently appends n records of varied sizes from four
+// goroutines at once, so that groups of several records form, and returns
+// them acknowledged.
+func appendConcurrently(t *testing.T, j *Journal, n int) []rec {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		acked []rec
+		wg    sync.WaitGroup
+		errs  = make(chan error, 4)
+	)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n / 4 {
+				body := testBody(g, i, 10+(g*977+i*131)%3000)
+				r := appendWait(t, j, testType(g, i), body)
+				if r.Err != nil {
+					errs <- r.Err
+					return
+				}
+				mu.Lock()
+				acked = append(acked, rec{r.End, testType(g, i), body})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	sortRecs(acked)
+	return acked
+}
+
+// New files get zeros written ahead of their records while groups are
+// small, and those zeros never land on a record: with fills of two blocks,
+// fills and groups meet all the time, and every record acknowledged
+// replays after a crash (the files copied while the journal is open) and
+// after a close, with no warning: the zeros read as the end of the
+// records. Both with O_DIRECT and through the page cache.
+func TestZeroAhead(t *testing.T) {
+	for _, buffered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("buffered=%t", buffered), func(t *testing.T) {
+			dir := directDir(t)
+			opts := Options{Dir: dir, ZeroAhead: 8 << 10, BufferedIO: buffered, Logger: discardLogger}
+			j, _ := openT(t, opts, Position{})
+			if !buffered && j.w.direct == nil {
+				t.Fatalf("the journal in %s writes through the page cache: O_DIRECT was refused there", dir)
+			}
+			acked := appendConcurrently(t, j, 2000)
+			waitWriterIdle(t, j)
+			if j.zeroFills.Load() == 0 {
+				t.Fatal("no zeros written ahead of the records")
+			}
+			last := acked[len(acked)-1].End
+			path := filepath.Join(dir, fileName(last.File))
+			if size := fileSize(t, vfs.Default, path); size <= last.Offset {
+				t.Errorf("file is %d bytes for records ending at %d: want zeros after them", size, last.Offset)
+			}
+
+			crashDir := filepath.Join(filepath.Dir(dir), "crashed")
+			copyDir(t, dir, crashDir)
+			log, lb := newLogger()
+			crashed, got := openT(t, Options{Dir: crashDir, Logger: log}, Position{})
+			checkRecs(t, got, acked)
+			checkQuiet(t, lb)
+			if want := fmt.Sprintf("records end where zeros begin, cutting the zeros off\" file=%s offset=%d ",
+				filepath.Join(crashDir, fileName(last.File)), last.Offset); !strings.Contains(lb.String(), want) {
+				t.Errorf("log lacks %q:\n%s", want, lb)
+			}
+			if err := crashed.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			log, lb = newLogger()
+			opts.Logger = log
+			j, got = openT(t, opts, Position{})
+			defer j.Close()
+			checkRecs(t, got, acked)
+			checkQuiet(t, lb)
+		})
+	}
+}
+
+// Groups written with O_DIRECT (directMinGroup or more) extend the file
+// themselves: no zeros are written ahead of them. Without fsyncs (NoSync)
+// there is nothing to gain: no filler.
+func TestZeroAheadNotCalledFor(t *testing.T) {
+	t.Run("large groups", func(t *testing.T) {
+		j, _ := openT(t, Options{Dir: directDir(t), Logger: discardLogger}, Position{})
+		defer j.Close()
+		for i := range 8 {
+			if r := appendWait(t, j, 1, testBody(0, i, directMinGroup+100)); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		if got := j.directGroups.Load(); got != 8 {
+			t.Fatalf("%d groups written with O_DIRECT, want 8", got)
+		}
+		if got := j.zeroFills.Load(); got != 0 {
+			t.Errorf("%d fills of zeros after large groups only, want 0", got)
+		}
+	})
+	t.Run("NoSync", func(t *testing.T) {
+		j, _ := openT(t, Options{Dir: t.TempDir(), NoSync: true, Logger: discardLogger}, Position{})
+		defer j.Close()
+		appendConcurrently(t, j, 200)
+		if j.w.fill != nil {
+			t.Errorf("a zero filler with NoSync")
+		}
+	})
+}
+
+// A filler whose write fails says so once and stops; the journal goes on,
+// and every record replays.
+func TestZeroAheadFailure(t *testing.T) {
+	dir := t.TempDir()
+	log, lb := newLogger()
+	opts := Options{FS: zeroFailFS{vfs.Default}, Dir: dir, ZeroAhead: 8 << 10, Logger: log}
+	j, _ := openT(t, opts, Position{})
+	acked := appendConcurrently(t, j, 400)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	warns := lb.lines("WARN")
+	if len(warns) != 1 || !strings.Contains(warns[0], "writing zeros ahead of the records failed") || !strings.Contains(warns[0], "injected: zeros") {
+		t.Fatalf("want one warning about the zeros:\n%s", lb)
+	}
+	if got := j.zeroFills.Load(); got != 0 {
+		t.Errorf("%d fills counted, want 0", got)
+	}
+	opts.Logger = discardLogger
+	j, got := openT(t, opts, Position{})
+	defer j.Close()
+	checkRecs(t, got, acked)
+}
+
+// zeroFailFS fails writes of ZeroAhead-sized blocks of zeros, which only
+// the filler writes.
+type zeroFailFS struct{ vfs.FS }
+
+func (fs zeroFailFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, cat)
+	if err != nil {
+		return nil, err
+	}
+	return zeroFailFile{f}, nil
+}
+
+type zeroFailFile struct{ vfs.File }
+
+func (f zeroFailFile) WriteAt(p []byte, off int64) (int, error) {
+	if len(p) == 8<<10 && !strings.ContainsFunc(string(p), func(r rune) bool { return r != 0 }) {
+		return 0, errors.New("injected: zeros")
+	}
+	return f.File.WriteAt(p, off)
+}
+
+// A group that reaches into a fill in progress waits for it: the zeros
+// never land on its records. The fill is held until the test lets it go.
+func TestZeroAheadWriterWaits(t *testing.T) {
+	fs := &zeroGateFS{FS: vfs.Default, entered: make(chan struct{}), release: make(chan struct{})}
+	opts := Options{FS: fs, Dir: t.TempDir(), ZeroAhead: 8 << 10, Logger: discardLogger}
+	j, _ := openT(t, opts, Position{})
+	r1 := appendWait(t, j, 1, testBody(0, 0, 100))
+	if r1.Err != nil {
+		t.Fatal(r1.Err)
+	}
+	recv(t, fs.entered, "a fill of zeros after a small group")
+
+	// 10 KB from the end of the first record: into the fill's range.
+	done := make(chan result, 1)
+	body := testBody(0, 1, 10_000)
+	j.Append(1, body, func(end Position, err error) { done <- result{end, err} })
+	select {
+	case r := <-done:
+		t.Fatalf("a group written over a fill in progress (done: %v, %v)", r.End, r.Err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(fs.release)
+	r2 := recv(t, done, "the group after the fill")
+	if r2.Err != nil {
+		t.Fatal(r2.Err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, got := openT(t, opts, Position{})
+	defer j.Close()
+	checkRecs(t, got, []rec{{r1.End, 1, testBody(0, 0, 100)}, {r2.End, 1, body}})
+}
+
+// zeroGateFS holds the first write of a block of zeros of 8 KiB (the
+// filler's) until release is closed, after closing entered.
+type zeroGateFS struct {
+	vfs.FS
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (fs *zeroGateFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, cat)
+	if err != nil {
+		return nil, err
+	}
+	return zeroGateFile{f, fs}, nil
+}
+
+type zeroGateFile struct {
+	vfs.File
+	fs *zeroGateFS
+}
+
+func (f zeroGateFile) WriteAt(p []byte, off int64) (int, error) {
+	if len(p) == 8<<10 && !strings.ContainsFunc(string(p), func(r rune) bool { return r != 0 }) {
+		f.fs.once.Do(func() {
+			close(f.fs.entered)
+			<-f.fs.release
+		})
+	}
+	return f.File.WriteAt(p, off)
+}
