@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// noopKafka is the least a Kafka broker that acknowledges after fsync can
+// do for producers: one broker, topics in memory, and each Produce
+// request's record batches written to a noopStore, its response sent once
+// a group commit has made them durable. `perf all` runs the Kafka produce
+// and publish loads against it: what franz-go, one write of each byte
+// and fdatasync take on this machine, before any broker work (Magnetar
+// writes each byte twice, journal and entry log, and indexes and caches
+// it). It serves ApiVersions, Metadata, CreateTopics, ListOffsets,
+// InitProducerId and Produce; any other request closes the connection
+// with a log line. Every response goes through the store, so that a
+// connection's responses keep their requests' order.
+type noopKafka struct {
+	ln     net.Listener
+	log    *slog.Logger
+	store  *noopStore
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	topics map[string][]int64 // topic → each partition's next offset
+	nextID int64              // producer ids handed out
+}
+
+// noopKafkaAPIs are the versions served, as Magnetar serves them (at most
+// what kmsg knows).
+var noopKafkaAPIs = map[int16][2]int16{
+	0:  {0, 12}, // Produce
+	2:  {0, 11}, // ListOffsets
+	3:  {0, 13}, // Metadata
+	18: {0, 4},  // ApiVersions
+	19: {0, 7},  // CreateTopics
+	22: {0, 5},  // InitProducerId
+}
+
+// noopKafkaMaxRequest bounds a request's size.
+const noopKafkaMaxRequest = 100 << 20
+
+// startNoopKafka listens on a free loopback port and serves until Close;
+// store is not closed by Close.
+func startNoopKafka(log *slog.Logger, store *noopStore) (*noopKafka, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("no-op Kafka broker: %w", err)
+	}
+	s := &noopKafka{ln: ln, log: log, store: store, conns: map[net.Conn]struct{}{}, topics: map[string][]int64{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Addr is the seed broker to give the client.
+func (s *noopKafka) Addr() string { return s.ln.Addr().String() }
+
+// Close stops listening, closes every connection and waits for them.
+func (s *noopKafka) Close() {
+	s.ln.Close()
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *noopKafka) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.serve(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("no-op Kafka broker: connection closed", "remote", c.RemoteAddr().String(), "err", err)
+			}
+			c.Close()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// serve reads one connection's requests and queues their responses.
+func (s *noopKafka) serve(nc net.Conn) error {
+	c := &noopConn{c: nc}
+	br := bufio.NewReaderSize(nc, 64<<10)
+	var size [4]byte
+	for {
+		if _, err := io.ReadFull(br, size[:]); err != nil {
+			return err
+		}
+		n := int32(binary.BigEndian.Uint32(size[:]))
+		if n < 8 || n > noopKafkaMaxRequest {
+			return fmt.Errorf("request size %d outside [8, %d]", n, noopKafkaMaxRequest)
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(br, b); err != nil {
+			return err
+		}
+		resp, data, err := s.handle(b)
+		if err != nil {
+			return err
+		}
+		if err := s.store.add(c, data, resp); err != nil {
+			return err
+		}
+	}
+}
+
+// handle decodes one request (header and body) and returns its response,
+// framed (nil for a Produce with acks 0), and the bytes to store.
+func (s *noopKafka) handle(b []byte) (resp, data []byte, err error) {
+	key := int16(binary.BigEndian.Uint16(b))
+	version := int16(binary.BigEndian.Uint16(b[2:]))
+	corr := binary.BigEndian.Uint32(b[4:])
+	req := kmsg.RequestForKey(key)
+	vs, ok := noopKafkaAPIs[key]
+	if key == 18 && version > vs[1] {
+		// A later ApiVersions than served: UNSUPPORTED_VERSION in a v0
+		// response, with the versions, so the client retries.
+		r := kmsg.NewPtrApiVersionsResponse()
+		r.ErrorCode = 35
+		r.ApiKeys = noopKafkaVersions()
+		return frameKafkaResponse(corr, r), nil, nil
+	}
+	if req == nil || !ok || version < vs[0] || version > min(vs[1], req.MaxVersion()) {
+		return nil, nil, fmt.Errorf("the no-op Kafka broker of perf all does not serve API key %d version %d", key, version)
+	}
+	req.SetVersion(version)
+	body := b[8:]
+	if len(body) < 2 {
+		return nil, nil, errors.New("request header cut short")
+	}
+	idLen := int16(binary.BigEndian.Uint16(body)) // client id, nullable
+	body = body[2:]
+	if idLen > 0 {
+		if int(idLen) > len(body) {
+			return nil, nil, errors.New("client id cut short")
+		}
+		body = body[idLen:]
+	}
+	if req.IsFlexible() {
+		if body, err = skipTags(body); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := req.ReadFrom(body); err != nil {
+		return nil, nil, fmt.Errorf("API key %d version %d: %w", key, version, err)
+	}
+	r := req.ResponseKind()
+	r.SetVersion(version)
+	switch q := req.(type) {
+	case *kmsg.ApiVersionsRequest:
+		r.(*kmsg.ApiVersionsResponse).ApiKeys = noopKafkaVersions()
+	case *kmsg.MetadataRequest:
+		s.metadata(q, r.(*kmsg.MetadataResponse))
+	case *kmsg.CreateTopicsRequest:
+		p := r.(*kmsg.CreateTopicsResponse)
+		s.mu.Lock()
+		for _, t := range q.Topics {
+			rt := kmsg.NewCreateTopicsResponseTopic()
+			rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, max(t.NumPartitions, 1), 1
+			if _, ok := s.topics[t.Topic]; ok {
+				rt.ErrorCode = 36 // TOPIC_ALREADY_EXISTS
+			} else {
+				s.topics[t.Topic] = make([]int64, rt.NumPartitions)
+			}
+			p.Topics = append(p.Topics, rt)
+		}
+		s.mu.Unlock()
+	case *kmsg.ListOffsetsRequest:
+		p := r.(*kmsg.ListOffsetsResponse)
+		s.mu.Lock()
+		for _, t := range q.Topics {
+			rt := kmsg.NewListOffsetsResponseTopic()
+			rt.Topic = t.Topic
+			for _, part := range t.Partitions {
+				rp := kmsg.NewListOffsetsResponseTopicPartition()
+				rp.Partition = part.Partition
+				offsets := s.topics[t.Topic]
+				switch {
+				case int(part.Partition) >= len(offsets) || part.Partition < 0:
+					rp.ErrorCode = 3 // UNKNOWN_TOPIC_OR_PARTITION
+				case part.Timestamp == -2: // earliest
+					rp.Offset = 0
+				default: // latest (and any time: the no-op keeps none)
+					rp.Offset = offsets[part.Partition]
+				}
+				rp.OldStyleOffsets = []int64{rp.Offset}
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			p.Topics = append(p.Topics, rt)
+		}
+		s.mu.Unlock()
+	case *kmsg.InitProducerIDRequest:
+		p := r.(*kmsg.InitProducerIDResponse)
+		s.mu.Lock()
+		s.nextID++
+		p.ProducerID, p.ProducerEpoch = s.nextID, 0
+		s.mu.Unlock()
+	case *kmsg.ProduceRequest:
+		p := r.(*kmsg.ProduceResponse)
+		if data, err = s.produce(q, p); err != nil {
+			return nil, nil, err
+		}
+		if q.Acks == 0 {
+			return nil, data, nil
+		}
+	}
+	return frameKafkaResponse(corr, r), data, nil
+}
+
+// noopKafkaVersions lists the versions served.
+func noopKafkaVersions() []kmsg.ApiVersionsResponseApiKey {
+	var keys []kmsg.ApiVersionsResponseApiKey
+	for k, v := range noopKafkaAPIs {
+		keys = append(keys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: v[0], MaxVersion: min(v[1], kmsg.RequestForKey(k).MaxVersion())})
+	}
+	return keys
+}
+
+// metadata answers with this one broker leading every partition of the
+// topics asked for (all, for a nil list); unknown topics are unknown.
+func (s *noopKafka) metadata(q *kmsg.MetadataRequest, p *kmsg.MetadataResponse) {
+	host, port, _ := net.SplitHostPort(s.Addr())
+	portN, _ := strconv.Atoi(port)
+	p.Brokers = []kmsg.MetadataResponseBroker{{NodeID: 0, Host: host, Port: int32(portN)}}
+	p.ControllerID = 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	if q.Topics == nil {
+		for t := range s.topics {
+			names = append(names, t)
+		}
+	}
+	for _, t := range q.Topics {
+		if t.Topic != nil {
+			names = append(names, *t.Topic)
+		}
+	}
+	for _, name := range names {
+		rt := kmsg.NewMetadataResponseTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		offsets, ok := s.topics[name]
+		if !ok {
+			rt.ErrorCode = 3 // UNKNOWN_TOPIC_OR_PARTITION
+		}
+		for i := range offsets {
+			rp := kmsg.NewMetadataResponseTopicPartition()
+			rp.Partition, rp.Leader, rp.Replicas, rp.ISR = int32(i), 0, []int32{0}, []int32{0}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		p.Topics = append(p.Topics, rt)
+	}
+}
+
+// produce assigns offsets to the request's record batches and returns
+// their bytes, to be stored.
+func (s *noopKafka) produce(q *kmsg.ProduceRequest, p *kmsg.ProduceResponse) ([]byte, error) {
+	var data []byte
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range q.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = t.Topic
+		offsets := s.topics[t.Topic]
+		for _, part := range t.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = part.Partition
+			if int(part.Partition) >= len(offsets) || part.Partition < 0 {
+				rp.ErrorCode = 3 // UNKNOWN_TOPIC_OR_PARTITION
+				rt.Partitions = append(rt.Partitions, rp)
+				continue
+			}
+			n, err := countRecords(part.Records)
+			if err != nil {
+				return nil, fmt.Errorf("produce to %s/%d: %w", t.Topic, part.Partition, err)
+			}
+			rp.BaseOffset = offsets[part.Partition]
+			rp.LogAppendTime = -1
+			offsets[part.Partition] += n
+			data = append(data, part.Records...)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		p.Topics = append(p.Topics, rt)
+	}
+	return data, nil
+}
+
+// countRecords counts the records of a partition's record batches (v2):
+// each batch's last offset delta plus one.
+func countRecords(b []byte) (int64, error) {
+	var n int64
+	for len(b) > 0 {
+		if len(b) < 61 || b[16] != 2 {
+			return 0, errors.New("not a record batch of magic 2")
+		}
+		size := 12 + int64(int32(binary.BigEndian.Uint32(b[8:])))
+		if size < 61 || size > int64(len(b)) {
+			return 0, fmt.Errorf("record batch of %d bytes in %d", size, len(b))
+		}
+		n += int64(int32(binary.BigEndian.Uint32(b[23:]))) + 1
+		b = b[size:]
+	}
+	return n, nil
+}
+
+// frameKafkaResponse returns r framed: size, correlation id, the header's
+// tags when flexible (never for ApiVersions), the body.
+func frameKafkaResponse(corr uint32, r kmsg.Response) []byte {
+	out := make([]byte, 8, 64)
+	binary.BigEndian.PutUint32(out[4:], corr)
+	if r.IsFlexible() && r.Key() != 18 {
+		out = append(out, 0)
+	}
+	out = r.AppendTo(out)
+	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+	return out
+}
+
+// skipTags skips a flexible header's tagged fields.
+func skipTags(b []byte) ([]byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 {
+		return nil, errors.New("header tags cut short")
+	}
+	b = b[k:]
+	for range n {
+		if _, k = binary.Uvarint(b); k <= 0 {
+			return nil, errors.New("header tag cut short")
+		}
+		b = b[k:]
+		size, k := binary.Uvarint(b)
+		if k <= 0 || size > uint64(len(b)-k) {
+			return nil, errors.New("header tag cut short")
+		}
+		b = b[k+int(size):]
+	}
+	return b, nil
+}

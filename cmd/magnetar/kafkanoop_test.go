@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The durable no-op Kafka broker serves franz-go (idempotent, acks all)
+// through topic creation, metadata, produce and list offsets; a record is
+// acknowledged only once it is in the store's file; offsets count records
+// per partition; a request it does not serve closes the connection with
+// a log line naming it.
+func TestNoopKafka(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "store")
+	const size = 1 << 20
+	store, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var logs syncBuffer
+	s, err := startNoopKafka(slog.New(slog.NewTextHandler(&logs, nil)), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Addr()), kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if resp, err := adm.CreateTopic(ctx, 3, -1, nil, "t"); err != nil || resp.Err != nil {
+		t.Fatalf("create topic: %v, %v", err, resp.Err)
+	}
+	if resp, err := adm.CreateTopic(ctx, 3, -1, nil, "t"); err == nil && resp.Err == nil {
+		t.Error("a topic created twice")
+	}
+
+	const perPartition = 50
+	for i := range 3 * perPartition {
+		value := []byte(fmt.Sprintf("record %04d;", i))
+		r := &kgo.Record{Topic: "t", Partition: int32(i % 3), Value: value}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+		if want := int64(i / 3); r.Offset != want {
+			t.Fatalf("record %d to partition %d at offset %d, want %d", i, r.Partition, r.Offset, want)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(data, value) {
+			t.Fatalf("record %d acknowledged before it was in the file", i)
+		}
+	}
+	ends, err := adm.ListEndOffsets(ctx, "t")
+	if err != nil || ends.Error() != nil {
+		t.Fatalf("list end offsets: %v, %v", err, ends.Error())
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset != perPartition {
+			t.Errorf("partition %d ends at %d, want %d", o.Partition, o.Offset, perPartition)
+		}
+	})
+	if details, err := adm.ListTopics(ctx, "missing"); err != nil || details["missing"].Err == nil {
+		t.Errorf("an unknown topic: %v, %+v", err, details["missing"])
+	}
+
+	// Fetch is not served: the connection is closed, with a log line.
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fetch := kmsg.NewPtrFetchRequest()
+	fetch.Version = 4
+	req := binary.BigEndian.AppendUint16(nil, 1) // Fetch
+	req = binary.BigEndian.AppendUint16(req, 4)
+	req = binary.BigEndian.AppendUint32(req, 7)
+	req = binary.BigEndian.AppendUint16(req, 0xffff) // no client id
+	req = fetch.AppendTo(req)
+	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Errorf("a Fetch answered with %d bytes, want the connection closed", n)
+	}
+	for !strings.Contains(logs.String(), "does not serve API key 1 version 4") && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("no log line naming the Fetch:\n%s", logs.String())
+	}
+}
