@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,5 +110,50 @@ func TestNoopKafka(t *testing.T) {
 	}
 	if ctx.Err() != nil {
 		t.Errorf("no log line naming the Fetch:\n%s", logs.String())
+	}
+}
+
+// `magnetar perf noop-broker`, as perf all starts it: a child process that
+// says when it is ready, serves its protocol with its store in the
+// directory given, and on SIGTERM exits cleanly and removes the store.
+// Without a store it serves Pulsar only.
+func TestPerfNoopBroker(t *testing.T) {
+	clearEnv(t)
+	exe := magnetarBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var logs syncBuffer
+	c, err := startChild(ctx, exe, []string{"perf", "noop-broker", "--perf-noop-protocol", "kafka", "--perf-noop-store-dir", dir,
+		"--log-format", "json"}, "durable no-op kafka", "magnetar perf noop-broker ready", &logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "noop-store")); err != nil {
+		t.Errorf("no store file while it runs: %v", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ready.Addr), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	if resp, err := adm.CreateTopic(ctx, 1, -1, nil, "t"); err != nil || resp.Err != nil {
+		t.Fatalf("create topic: %v, %v", err, resp.Err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	cl.Close()
+	if err := c.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "noop-store")); !os.IsNotExist(err) {
+		t.Errorf("store file after exit: %v, want it removed", err)
+	}
+
+	cmd := exec.Command(exe, "perf", "noop-broker", "--perf-noop-protocol", "kafka")
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != exitUsage || !strings.Contains(string(out), "the Kafka no-op broker needs a store") {
+		t.Errorf("kafka without a store: exit %d, %v: %s", code, err, out)
 	}
 }

@@ -47,7 +47,8 @@ func newPerfCommand(a *app) *cobra.Command {
 machine it runs on. See docs/BENCHMARKS.md.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newPerfBookieCommand(a), newPerfProduceCommand(a), newPerfConsumeCommand(a), newPerfKafkaCommand(a), newPerfAllCommand(a))
+	cmd.AddCommand(newPerfBookieCommand(a), newPerfProduceCommand(a), newPerfConsumeCommand(a), newPerfKafkaCommand(a), newPerfAllCommand(a),
+		newPerfNoopCommand(a))
 	return cmd
 }
 

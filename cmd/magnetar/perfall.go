@@ -77,8 +77,8 @@ var benchRates = []struct {
 func newPerfAllCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "all",
-		Short: "Run the whole benchmark: machine limits, Magnetar standalone under Kafka and Pulsar loads, kfake, a no-op Pulsar broker; one table",
-		Example: `  magnetar perf all                                           # about 7 minutes on 2 cores
+		Short: "Run the whole benchmark: machine limits, Magnetar standalone under Kafka and Pulsar loads, kfake, no-op brokers; one table",
+		Example: `  magnetar perf all                                           # about 10 minutes on 2 cores
   magnetar perf all --perf-write-doc docs/BENCHMARKS.md --data-dir /var/tmp
   magnetar perf all --perf-duration 3s --perf-all-topics 100 --perf-all-partitions 1000 --perf-profile-dir bench-profiles`,
 		Long: `Run the whole benchmark of docs/BENCHMARKS.md in one go (make bench).
@@ -100,18 +100,19 @@ func newPerfAllCommand(a *app) *cobra.Command {
 2. The Pulsar publish latency loads against an in-process no-op broker,
    which acknowledges each message at once and stores nothing: what the
    client and the machine take before any broker work. Then the same
-   loads against it with a store: each message written to a file in the
-   scratch directory (64 MiB, written and synced beforehand, then written
-   over as a ring) and acknowledged once fdatasync made it durable, one
-   writer taking every message waiting (group commit): the least a broker
-   that acknowledges after fsync does, with this client on this machine.
-   Then the Kafka produce (4 and 1 partitions) and publish latency loads
-   against a durable no-op Kafka broker, likewise in-process: topics in
-   memory, each produce request's record batches written to such a file
-   and answered once fdatasync made them durable (each byte written once,
+   loads against a durable no-op broker: each message written to a file in
+   the scratch directory (64 MiB, written and synced beforehand, then
+   written over as a ring) and acknowledged once fdatasync made it
+   durable, one writer taking every message waiting (group commit): the
+   least a broker that acknowledges after fsync does, with this client on
+   this machine. Then the Kafka produce (4 and 1 partitions) and publish
+   latency loads against a durable no-op Kafka broker: topics in memory,
+   each produce request's record batches written to such a file and
+   answered once fdatasync made them durable (each byte written once,
    where Magnetar writes it twice, to its journal and its entry logs).
-   The no-op brokers run in the benchmark's process, as kfake does,
-   sharing its CPUs and collector with the client.
+   The durable no-op brokers are this binary's hidden command
+   ` + "`magnetar perf noop-broker`" + `, started as a child process as the
+   standalone is, so that they and Magnetar run alike.
 3. Magnetar standalone, started from this same binary as a child process
    with a fresh data directory in the scratch directory, on free loopback
    ports, with its defaults (fsync on) and no MAGNETAR_* environment; it is
@@ -332,13 +333,13 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	if err == nil {
 		// Before kfake has filled this process's heap with gigabytes of
 		// records, which the no-op broker would then share.
-		err = b.runNoopPulsar(ctx, "", res.noop)
+		err = b.runNoopPulsar(ctx, res.noop)
 	}
 	if err == nil {
-		err = b.runNoopPulsar(ctx, dir, res.noopDurable)
+		err = b.runDurableNoop(ctx, exe, "pulsar", filepath.Join(dir, "noop-pulsar"), logs, res.noopDurable)
 	}
 	if err == nil {
-		err = b.runNoopKafka(ctx, dir, res.noopKafka)
+		err = b.runDurableNoop(ctx, exe, "kafka", filepath.Join(dir, "noop-kafka"), logs, res.noopKafka)
 	}
 	if err == nil {
 		err = b.runMagnetar(ctx, exe, filepath.Join(dir, "standalone"), logs, res)
@@ -714,33 +715,24 @@ func (b *benchRun) runKFake(ctx context.Context, figs benchFigures) error {
 
 // runNoopPulsar runs the Pulsar publish latency loads against a no-op
 // broker in this process (as kfake is): the client's and the machine's
-// share of a publish, with no broker work at all. With storeDir set, the
-// broker writes each message to a file there and acknowledges it once
-// fdatasync made it durable (noopStore): the least a durable broker does.
-func (b *benchRun) runNoopPulsar(ctx context.Context, storeDir string, figs benchFigures) error {
+// share of a publish, with no broker work at all.
+func (b *benchRun) runNoopPulsar(ctx context.Context, figs benchFigures) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	var store *noopStore
-	name := "no-op pulsar"
-	if storeDir == "" {
-		fmt.Fprintln(b.out, "\n[no-op pulsar] starting an in-process Pulsar broker that acknowledges each message at once and stores nothing")
-	} else {
-		name = "durable no-op pulsar"
-		fmt.Fprintf(b.out, "\n[%s] starting an in-process Pulsar broker that acknowledges each message once it is written and fdatasync'd (group commit; a %d MiB file written beforehand)\n",
-			name, noopStoreSize>>20)
-		var err error
-		if store, err = openNoopStore(ctx, b.log, vfs.Default, filepath.Join(storeDir, "noop-store"), noopStoreSize); err != nil {
-			return err
-		}
-		defer store.Close()
-	}
-	s, err := startNoopPulsar(b.log, store)
+	fmt.Fprintln(b.out, "\n[no-op pulsar] starting an in-process Pulsar broker that acknowledges each message at once and stores nothing")
+	s, err := startNoopPulsar(b.log, nil)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	client, err := newBenchPulsarClient(b.log, s.URL())
+	return b.runNoopPulsarLoads(ctx, "no-op pulsar", s.URL(), figs)
+}
+
+// runNoopPulsarLoads runs the Pulsar publish latency loads against the
+// broker at url, called name.
+func (b *benchRun) runNoopPulsarLoads(ctx context.Context, name, url string, figs benchFigures) error {
+	client, err := newBenchPulsarClient(b.log, url)
 	if err != nil {
 		return err
 	}
@@ -752,28 +744,41 @@ func (b *benchRun) runNoopPulsar(ctx context.Context, storeDir string, figs benc
 // broker: those that only produce.
 var noopKafkaLoads = []string{loadProduce4, loadProduce1, loadAt("kafka-publish", 5000), loadAt("kafka-publish", 20000)}
 
-// runNoopKafka runs the Kafka produce and publish loads against a durable
-// no-op Kafka broker in this process, its store in dir (noopKafka): what
-// the client, one write of each byte and fdatasync take here.
-func (b *benchRun) runNoopKafka(ctx context.Context, dir string, figs benchFigures) error {
+// runDurableNoop runs the Pulsar publish loads, or the Kafka produce and
+// publish loads, against a durable no-op broker (noopStore): `magnetar
+// perf noop-broker` started from exe as a child process, as the
+// standalone is, its store in dir. Its figures are what the client, one
+// write of each byte and a group commit's fdatasync take here, in a
+// broker process of their own as Magnetar's are.
+func (b *benchRun) runDurableNoop(ctx context.Context, exe, protocol, dir string, logs io.Writer, figs benchFigures) (err error) {
 	if ctx.Err() != nil {
 		return nil
 	}
-	const name = "durable no-op kafka"
-	fmt.Fprintf(b.out, "\n[%s] starting an in-process Kafka broker that acknowledges each produce request once its records are written and fdatasync'd (group commit; a %d MiB file written beforehand)\n",
-		name, noopStoreSize>>20)
-	store, err := openNoopStore(ctx, b.log, vfs.Default, filepath.Join(dir, "noop-kafka-store"), noopStoreSize)
+	name := "durable no-op " + protocol
+	what := map[string]string{
+		"pulsar": "each message once it is written and fdatasync'd",
+		"kafka":  "each produce request once its records are written and fdatasync'd",
+	}[protocol]
+	fmt.Fprintf(b.out, "\n[%s] starting `magnetar perf noop-broker`, a %s broker that acknowledges %s (group commit; a %d MiB file written beforehand)\n",
+		name, protocol, what, noopStoreSize>>20)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	c, err := startChild(ctx, exe, []string{"perf", "noop-broker", "--perf-noop-protocol", protocol, "--perf-noop-store-dir", dir,
+		"--log-format", "json", "--log-level", "info"}, name, "magnetar perf noop-broker ready", logs)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	s, err := startNoopKafka(b.log, store)
-	if err != nil {
-		return err
+	defer func() {
+		if serr := c.stop(); err == nil {
+			err = serr
+		}
+	}()
+	if protocol == "pulsar" {
+		return b.runNoopPulsarLoads(ctx, name, "pulsar://"+c.ready.Addr, figs)
 	}
-	defer s.Close()
 	var steps []benchStep
-	for _, st := range b.kafkaSteps(name, []string{s.Addr()}, figs) {
+	for _, st := range b.kafkaSteps(name, []string{c.ready.Addr}, figs) {
 		if slices.Contains(noopKafkaLoads, st.name) {
 			steps = append(steps, st)
 		}
@@ -781,16 +786,20 @@ func (b *benchRun) runNoopKafka(ctx context.Context, dir string, figs benchFigur
 	return b.runSteps(ctx, name, steps, nil)
 }
 
-// standaloneReady is what perf all reads of the standalone's ready line.
+// standaloneReady is what perf all reads of a child's ready line: the
+// standalone's, or a no-op broker's (Addr).
 type standaloneReady struct {
 	HTTP   string `json:"http"`
 	Pulsar string `json:"pulsar-advertised"`
 	Kafka  string `json:"kafka-advertised"`
 	Pprof  string `json:"pprof"`
+	Addr   string `json:"addr"`
 }
 
-// standaloneChild is `magnetar standalone` running as a child process.
+// standaloneChild is `magnetar standalone` (or `magnetar perf noop-broker`)
+// running as a child process.
 type standaloneChild struct {
+	what   string // "standalone", or the no-op broker's name
 	cmd    *exec.Cmd
 	ready  standaloneReady
 	exited chan struct{} // closed once the process has exited; then waitErr is set
@@ -818,8 +827,24 @@ func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bo
 	if withPprof {
 		args = append(args, "--pprof-listen", "127.0.0.1:0")
 	}
+	c, err := startChild(ctx, exe, args, "standalone", "magnetar standalone ready", logs)
+	if err != nil {
+		return nil, err
+	}
+	if withPprof && c.ready.Pprof == "" {
+		c.stop()
+		return nil, errors.New("standalone: its ready line names no pprof listener")
+	}
+	return c, nil
+}
+
+// startChild starts exe with args, with no MAGNETAR_* environment (the
+// child runs with its defaults), and waits for its JSON log line whose
+// message is readyMsg. Its log lines of level WARN and above go to logs,
+// prefixed with what. The caller must call stop.
+func startChild(ctx context.Context, exe string, args []string, what, readyMsg string, logs io.Writer) (*standaloneChild, error) {
 	cmd := exec.Command(exe, args...)
-	for _, kv := range os.Environ() { // the standalone runs with its defaults
+	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envPrefix) {
 			cmd.Env = append(cmd.Env, kv)
 		}
@@ -829,11 +854,11 @@ func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bo
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s standalone: %w", exe, err)
+		return nil, fmt.Errorf("start %s %s: %w", exe, args[0], err)
 	}
-	c := &standaloneChild{cmd: cmd, exited: make(chan struct{})}
+	c := &standaloneChild{what: what, cmd: cmd, exited: make(chan struct{})}
 	readyLine := make(chan string, 1)
-	go c.readLog(stderr, readyLine, logs)
+	go c.readLog(stderr, readyLine, `"msg":"`+readyMsg+`"`, logs)
 
 	timer := time.NewTimer(childReadyTimeout)
 	defer timer.Stop()
@@ -841,18 +866,14 @@ func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bo
 	case line := <-readyLine:
 		if err := json.Unmarshal([]byte(line), &c.ready); err != nil {
 			c.stop()
-			return nil, fmt.Errorf("standalone: its ready line %q: %w", line, err)
-		}
-		if withPprof && c.ready.Pprof == "" {
-			c.stop()
-			return nil, errors.New("standalone: its ready line names no pprof listener")
+			return nil, fmt.Errorf("%s: its ready line %q: %w", what, line, err)
 		}
 		return c, nil
 	case <-c.exited:
-		return nil, fmt.Errorf("standalone exited before it was ready\n%s", c.describeExit())
+		return nil, fmt.Errorf("%s exited before it was ready\n%s", what, c.describeExit())
 	case <-timer.C:
 		c.stop()
-		return nil, fmt.Errorf("standalone not ready after %s\n%s", childReadyTimeout, c.describeExit())
+		return nil, fmt.Errorf("%s not ready after %s\n%s", what, childReadyTimeout, c.describeExit())
 	case <-ctx.Done():
 		c.stop()
 		return nil, ctx.Err()
@@ -862,7 +883,7 @@ func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bo
 // readLog reads the child's log until it closes it, keeping the last
 // lines, sending the ready line on ready and passing warnings and errors
 // on to logs; then it waits for the child and closes exited.
-func (c *standaloneChild) readLog(r io.Reader, ready chan<- string, logs io.Writer) {
+func (c *standaloneChild) readLog(r io.Reader, ready chan<- string, readyMsg string, logs io.Writer) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	isReady := false
@@ -874,11 +895,11 @@ func (c *standaloneChild) readLog(r io.Reader, ready chan<- string, logs io.Writ
 		}
 		c.mu.Unlock()
 		switch {
-		case !isReady && strings.Contains(line, `"msg":"magnetar standalone ready"`):
+		case !isReady && strings.Contains(line, readyMsg):
 			isReady = true
 			ready <- line
 		case strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`):
-			fmt.Fprintf(logs, "standalone: %s\n", line)
+			fmt.Fprintf(logs, "%s: %s\n", c.what, line)
 		}
 	}
 	io.Copy(io.Discard, r) // a line too long ends the scan, not the child
@@ -904,7 +925,7 @@ func (c *standaloneChild) describeExit() string {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return fmt.Sprintf("standalone %s; its last log lines:\n  %s", status, strings.Join(c.tail, "\n  "))
+	return fmt.Sprintf("%s %s; its last log lines:\n  %s", c.what, status, strings.Join(c.tail, "\n  "))
 }
 
 func exitStatus(err error) string {
@@ -924,7 +945,7 @@ func (c *standaloneChild) stop() error {
 
 func (c *standaloneChild) terminate() error {
 	if c.hasExited() {
-		return fmt.Errorf("standalone had exited before the end of the run: %s\n%s", exitStatus(c.waitErr), c.describeExit())
+		return fmt.Errorf("%s had exited before the end of the run: %s\n%s", c.what, exitStatus(c.waitErr), c.describeExit())
 	}
 	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		c.cmd.Process.Kill()
@@ -934,13 +955,13 @@ func (c *standaloneChild) terminate() error {
 	select {
 	case <-c.exited:
 		if c.waitErr != nil {
-			return fmt.Errorf("standalone did not stop cleanly on SIGTERM: %w\n%s", c.waitErr, c.describeExit())
+			return fmt.Errorf("%s did not stop cleanly on SIGTERM: %w\n%s", c.what, c.waitErr, c.describeExit())
 		}
 		return nil
 	case <-timer.C:
 		c.cmd.Process.Kill()
 		<-c.exited
-		return fmt.Errorf("standalone still running %s after SIGTERM: killed it", childStopTimeout)
+		return fmt.Errorf("%s still running %s after SIGTERM: killed it", c.what, childStopTimeout)
 	}
 }
 
@@ -1723,7 +1744,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the no-op brokers run in the benchmark's process, as kfake does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), and a produce goal on the disk is unattainable when the durable no-op Kafka broker's produce misses it too`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), and a produce goal on the disk is unattainable when the durable no-op Kafka broker's produce misses it too`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
