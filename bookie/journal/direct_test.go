@@ -101,31 +101,9 @@ func TestDirectIO(t *testing.T) {
 		t.Errorf("current file is %d bytes for %d written: want the direct writes' padding to a multiple of %d", size, last.End.Offset, directAlign)
 	}
 
-	// A crash: the files as they are now, copied aside.
-	crashDir := filepath.Join(filepath.Dir(dir), "crashed")
-	copyDir(t, dir, crashDir)
-	log, lb := newLogger()
-	crashed, got := openT(t, Options{Dir: crashDir, Logger: log, BufferedIO: true}, Position{})
-	checkRecs(t, got, acked)
 	// After the last record: the padding of its block, then the zeros
-	// written ahead; the end of the records, not damage.
-	checkQuiet(t, lb)
-	if want := fmt.Sprintf("journal: the last file's records end where zeros begin, cutting the zeros off\" file=%s offset=%d ",
-		filepath.Join(crashDir, fileName(last.End.File)), last.End.Offset); !strings.Contains(lb.String(), want) {
-		t.Errorf("log lacks %q:\n%s", want, lb)
-	}
-	if err := crashed.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
-	log, lb = newLogger()
-	opts.Logger = log
-	j, got = openT(t, opts, Position{})
-	checkRecs(t, got, acked)
-	checkQuiet(t, lb)
+	// written ahead.
+	j = checkCrashAndClose(t, j, opts, acked, last.End)
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +121,37 @@ func TestDirectIO(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkCrashAndClose checks that every acked record of the open journal j
+// (last the end of the last) replays from a copy of its files (a crash),
+// whose zeros after the last record are logged at info as the end of the
+// records and nothing is logged as damage; then that they replay with no
+// warning after j is closed. It returns the journal reopened.
+func checkCrashAndClose(t *testing.T, j *Journal, opts Options, acked []rec, last Position) *Journal {
+	t.Helper()
+	crashDir := filepath.Join(filepath.Dir(opts.Dir), "crashed")
+	copyDir(t, opts.Dir, crashDir)
+	log, lb := newLogger()
+	crashed, got := openT(t, Options{Dir: crashDir, Logger: log, BufferedIO: true}, Position{})
+	checkRecs(t, got, acked)
+	checkQuiet(t, lb)
+	if want := fmt.Sprintf("journal: the last file's records end where zeros begin, cutting the zeros off\" file=%s offset=%d ",
+		filepath.Join(crashDir, fileName(last.File)), last.Offset); !strings.Contains(lb.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, lb)
+	}
+	if err := crashed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	log, lb = newLogger()
+	opts.Logger = log
+	j, got = openT(t, opts, Position{})
+	checkRecs(t, got, acked)
+	checkQuiet(t, lb)
+	return j
 }
 
 // TestAlignedBuffer: buffers start at a multiple of directAlign and are

@@ -75,29 +75,10 @@ func TestZeroAhead(t *testing.T) {
 				t.Errorf("file is %d bytes for records ending at %d: want zeros after them", size, last.Offset)
 			}
 
-			crashDir := filepath.Join(filepath.Dir(dir), "crashed")
-			copyDir(t, dir, crashDir)
-			log, lb := newLogger()
-			crashed, got := openT(t, Options{Dir: crashDir, Logger: log}, Position{})
-			checkRecs(t, got, acked)
-			checkQuiet(t, lb)
-			if want := fmt.Sprintf("records end where zeros begin, cutting the zeros off\" file=%s offset=%d ",
-				filepath.Join(crashDir, fileName(last.File)), last.Offset); !strings.Contains(lb.String(), want) {
-				t.Errorf("log lacks %q:\n%s", want, lb)
-			}
-			if err := crashed.Close(); err != nil {
-				t.Fatal(err)
-			}
-
+			j = checkCrashAndClose(t, j, opts, acked, last)
 			if err := j.Close(); err != nil {
 				t.Fatal(err)
 			}
-			log, lb = newLogger()
-			opts.Logger = log
-			j, got = openT(t, opts, Position{})
-			defer j.Close()
-			checkRecs(t, got, acked)
-			checkQuiet(t, lb)
 		})
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/magnetar-io/magnetar/protocol/kafka"
 )
 
 // noopKafka is the least a Kafka broker that acknowledges after fsync can
@@ -26,15 +28,11 @@ import (
 // with a log line. Every response goes through the store, so that a
 // connection's responses keep their requests' order.
 type noopKafka struct {
-	ln     net.Listener
-	log    *slog.Logger
-	store  *noopStore
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	topics map[string][]int64 // topic → each partition's next offset
-	nextID int64              // producer ids handed out
+	*noopListener
+	store    *noopStore
+	topicsMu sync.Mutex         // guards topics and nextID
+	topics   map[string][]int64 // topic → each partition's next offset
+	nextID   int64              // producer ids handed out
 }
 
 // noopKafkaAPIs are the versions served, as Magnetar serves them (at most
@@ -54,58 +52,13 @@ const noopKafkaMaxRequest = 100 << 20
 // startNoopKafka listens on a free loopback port and serves until Close;
 // store is not closed by Close.
 func startNoopKafka(log *slog.Logger, store *noopStore) (*noopKafka, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &noopKafka{store: store, topics: map[string][]int64{}}
+	l, err := listenNoop("no-op Kafka broker", log, s.serve)
 	if err != nil {
-		return nil, fmt.Errorf("no-op Kafka broker: %w", err)
+		return nil, err
 	}
-	s := &noopKafka{ln: ln, log: log, store: store, conns: map[net.Conn]struct{}{}, topics: map[string][]int64{}}
-	s.wg.Add(1)
-	go s.accept()
+	s.noopListener = l
 	return s, nil
-}
-
-// Addr is the seed broker to give the client.
-func (s *noopKafka) Addr() string { return s.ln.Addr().String() }
-
-// Close stops listening, closes every connection and waits for them.
-func (s *noopKafka) Close() {
-	s.ln.Close()
-	s.mu.Lock()
-	s.closed = true
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
-
-func (s *noopKafka) accept() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.serve(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				s.log.Warn("no-op Kafka broker: connection closed", "remote", c.RemoteAddr().String(), "err", err)
-			}
-			c.Close()
-			s.mu.Lock()
-			delete(s.conns, c)
-			s.mu.Unlock()
-		}()
-	}
 }
 
 // serve reads one connection's requests and queues their responses.
@@ -155,20 +108,12 @@ func (s *noopKafka) handle(b []byte) (resp, data []byte, err error) {
 		return nil, nil, fmt.Errorf("the no-op Kafka broker of perf all does not serve API key %d version %d", key, version)
 	}
 	req.SetVersion(version)
-	body := b[8:]
-	if len(body) < 2 {
-		return nil, nil, errors.New("request header cut short")
-	}
-	idLen := int16(binary.BigEndian.Uint16(body)) // client id, nullable
-	body = body[2:]
-	if idLen > 0 {
-		if int(idLen) > len(body) {
-			return nil, nil, errors.New("client id cut short")
-		}
-		body = body[idLen:]
+	_, body, err := kafka.SplitClientID(b[8:])
+	if err != nil {
+		return nil, nil, err
 	}
 	if req.IsFlexible() {
-		if body, err = skipTags(body); err != nil {
+		if body, err = kafka.SkipTags(body); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -184,7 +129,7 @@ func (s *noopKafka) handle(b []byte) (resp, data []byte, err error) {
 		s.metadata(q, r.(*kmsg.MetadataResponse))
 	case *kmsg.CreateTopicsRequest:
 		p := r.(*kmsg.CreateTopicsResponse)
-		s.mu.Lock()
+		s.topicsMu.Lock()
 		for _, t := range q.Topics {
 			rt := kmsg.NewCreateTopicsResponseTopic()
 			rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, max(t.NumPartitions, 1), 1
@@ -195,10 +140,10 @@ func (s *noopKafka) handle(b []byte) (resp, data []byte, err error) {
 			}
 			p.Topics = append(p.Topics, rt)
 		}
-		s.mu.Unlock()
+		s.topicsMu.Unlock()
 	case *kmsg.ListOffsetsRequest:
 		p := r.(*kmsg.ListOffsetsResponse)
-		s.mu.Lock()
+		s.topicsMu.Lock()
 		for _, t := range q.Topics {
 			rt := kmsg.NewListOffsetsResponseTopic()
 			rt.Topic = t.Topic
@@ -219,13 +164,13 @@ func (s *noopKafka) handle(b []byte) (resp, data []byte, err error) {
 			}
 			p.Topics = append(p.Topics, rt)
 		}
-		s.mu.Unlock()
+		s.topicsMu.Unlock()
 	case *kmsg.InitProducerIDRequest:
 		p := r.(*kmsg.InitProducerIDResponse)
-		s.mu.Lock()
+		s.topicsMu.Lock()
 		s.nextID++
 		p.ProducerID, p.ProducerEpoch = s.nextID, 0
-		s.mu.Unlock()
+		s.topicsMu.Unlock()
 	case *kmsg.ProduceRequest:
 		p := r.(*kmsg.ProduceResponse)
 		if data, err = s.produce(q, p); err != nil {
@@ -254,8 +199,8 @@ func (s *noopKafka) metadata(q *kmsg.MetadataRequest, p *kmsg.MetadataResponse) 
 	portN, _ := strconv.Atoi(port)
 	p.Brokers = []kmsg.MetadataResponseBroker{{NodeID: 0, Host: host, Port: int32(portN)}}
 	p.ControllerID = 0
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.topicsMu.Lock()
+	defer s.topicsMu.Unlock()
 	var names []string
 	if q.Topics == nil {
 		for t := range s.topics {
@@ -287,8 +232,8 @@ func (s *noopKafka) metadata(q *kmsg.MetadataRequest, p *kmsg.MetadataResponse) 
 // their bytes, to be stored.
 func (s *noopKafka) produce(q *kmsg.ProduceRequest, p *kmsg.ProduceResponse) ([]byte, error) {
 	var data []byte
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.topicsMu.Lock()
+	defer s.topicsMu.Unlock()
 	for _, t := range q.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
@@ -345,25 +290,4 @@ func frameKafkaResponse(corr uint32, r kmsg.Response) []byte {
 	out = r.AppendTo(out)
 	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
 	return out
-}
-
-// skipTags skips a flexible header's tagged fields.
-func skipTags(b []byte) ([]byte, error) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 {
-		return nil, errors.New("header tags cut short")
-	}
-	b = b[k:]
-	for range n {
-		if _, k = binary.Uvarint(b); k <= 0 {
-			return nil, errors.New("header tag cut short")
-		}
-		b = b[k:]
-		size, k := binary.Uvarint(b)
-		if k <= 0 || size > uint64(len(b)-k) {
-			return nil, errors.New("header tag cut short")
-		}
-		b = b[k+int(size):]
-	}
-	return b, nil
 }

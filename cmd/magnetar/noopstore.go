@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -12,6 +14,75 @@ import (
 
 // The durable no-op brokers' store (noopStore), shared by the Pulsar and
 // the Kafka no-op brokers of perf all (pulsarnoop.go, kafkanoop.go).
+
+// noopListener accepts a no-op broker's connections on a free loopback
+// port and serves each with serve until Close; a connection that serve
+// gives up on with an error (other than its end) is logged.
+type noopListener struct {
+	ln     net.Listener
+	name   string // "no-op Pulsar broker", for log lines
+	log    *slog.Logger
+	serve  func(net.Conn) error
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool // by Close: connections accepted afterwards are closed
+}
+
+func listenNoop(name string, log *slog.Logger, serve func(net.Conn) error) (*noopListener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	l := &noopListener{ln: ln, name: name, log: log, serve: serve, conns: map[net.Conn]struct{}{}}
+	l.wg.Add(1)
+	go l.accept()
+	return l, nil
+}
+
+// Addr is the host:port it listens on.
+func (l *noopListener) Addr() string { return l.ln.Addr().String() }
+
+// Close stops listening, closes every connection and waits for them.
+func (l *noopListener) Close() {
+	l.ln.Close()
+	l.mu.Lock()
+	l.closed = true
+	for c := range l.conns {
+		c.Close()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+}
+
+func (l *noopListener) accept() {
+	defer l.wg.Done()
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		if l.closed { // accepted just as Close ran
+			l.mu.Unlock()
+			c.Close()
+			return
+		}
+		l.conns[c] = struct{}{}
+		l.mu.Unlock()
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			if err := l.serve(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				l.log.Warn(l.name+": connection closed", "remote", c.RemoteAddr().String(), "err", err)
+			}
+			c.Close()
+			l.mu.Lock()
+			delete(l.conns, c)
+			l.mu.Unlock()
+		}()
+	}
+}
 
 // noopConn is a connection of a no-op broker: its replies and the store's
 // are written under mu.

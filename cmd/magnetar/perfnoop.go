@@ -65,7 +65,7 @@ perf all runs it as a child process, for the floors of its table.`,
 				if err != nil {
 					return runtimeError(err)
 				}
-				addr, closeBroker = p.ln.Addr().String(), p.Close
+				addr, closeBroker = p.Addr(), p.Close
 			}
 			defer closeBroker()
 			a.logger.Info("magnetar perf noop-broker ready", "addr", addr, "protocol", protocol, "store", dir != "")

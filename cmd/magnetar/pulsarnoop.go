@@ -2,12 +2,9 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -17,24 +14,21 @@ import (
 
 // noopPulsar is the least a Pulsar broker can do for producers: it answers
 // CONNECT, lookups and PRODUCER, and acknowledges each SEND at once,
-// storing nothing. `perf all` publishes to it, in its own process like
-// kfake, to measure what pulsar-client-go and the machine take before any
-// broker does any work: Magnetar's Pulsar publish latency cannot be lower.
+// storing nothing. `perf all` publishes to it, in the benchmark's process
+// like kfake, to measure what pulsar-client-go and the machine take before
+// any broker does any work: Magnetar's Pulsar publish latency cannot be
+// lower.
 // Anything but a producer's commands is answered with an ERROR.
 //
-// With a store (startNoopPulsar's store argument), it is the least a
+// With a store (startNoopPulsar's store argument; `perf all` runs it so
+// in a child process, `magnetar perf noop-broker`), it is the least a
 // broker that acknowledges after fsync can do: each SEND's message is
 // written to the store's file and its receipt sent once a group commit
 // has made it durable (noopStore). Magnetar does that and more (an
 // index, entry logs, a cache, a second copy of each message).
 type noopPulsar struct {
-	ln     net.Listener
-	log    *slog.Logger
-	store  *noopStore // nil: receipts at once
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool // by Close: connections accepted afterwards are closed
+	*noopListener
+	store *noopStore // nil: receipts at once
 }
 
 // noopMaxMessage is the message size the no-op broker announces; it
@@ -44,59 +38,17 @@ const noopMaxMessage = 5 << 20
 // startNoopPulsar listens on a free loopback port and serves until Close.
 // With a store, receipts wait for it; Close does not close it.
 func startNoopPulsar(log *slog.Logger, store *noopStore) (*noopPulsar, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &noopPulsar{store: store}
+	l, err := listenNoop("no-op Pulsar broker", log, s.serve)
 	if err != nil {
-		return nil, fmt.Errorf("no-op Pulsar broker: %w", err)
+		return nil, err
 	}
-	s := &noopPulsar{ln: ln, log: log, store: store, conns: map[net.Conn]struct{}{}}
-	s.wg.Add(1)
-	go s.accept()
+	s.noopListener = l
 	return s, nil
 }
 
 // URL is the service URL to give the client.
-func (s *noopPulsar) URL() string { return "pulsar://" + s.ln.Addr().String() }
-
-// Close stops listening, closes every connection and waits for them.
-func (s *noopPulsar) Close() {
-	s.ln.Close()
-	s.mu.Lock()
-	s.closed = true
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
-
-func (s *noopPulsar) accept() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		s.mu.Lock()
-		if s.closed { // accepted just as Close ran
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.serve(c); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				s.log.Warn("no-op Pulsar broker: connection closed", "remote", c.RemoteAddr().String(), "err", err)
-			}
-			c.Close()
-			s.mu.Lock()
-			delete(s.conns, c)
-			s.mu.Unlock()
-		}()
-	}
-}
+func (s *noopPulsar) URL() string { return "pulsar://" + s.Addr() }
 
 // serve answers one connection's commands in order. Replies are gathered
 // in a buffer and written when no more input is waiting, as a broker

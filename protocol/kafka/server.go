@@ -357,19 +357,11 @@ func (c *conn) parse(buf []byte) (*slot, kmsg.Request, error) {
 	key := int16(binary.BigEndian.Uint16(buf))
 	version := int16(binary.BigEndian.Uint16(buf[2:]))
 	sl := &slot{key: key, version: version, correlation: int32(binary.BigEndian.Uint32(buf[4:])), done: make(chan struct{})}
-	body := buf[8:]
-	if len(body) < 2 {
-		return nil, nil, fmt.Errorf("%w: %s v%d: no client id", errBadRequest, kmsg.NameForKey(key), version)
+	clientID, body, err := SplitClientID(buf[8:])
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s v%d: %w", errBadRequest, kmsg.NameForKey(key), version, err)
 	}
-	if n := int16(binary.BigEndian.Uint16(body)); n > 0 {
-		if int(n) > len(body)-2 {
-			return nil, nil, fmt.Errorf("%w: %s v%d: client id of %d bytes past the end", errBadRequest, kmsg.NameForKey(key), version, n)
-		}
-		sl.clientID = string(body[2 : 2+int(n)])
-		body = body[2+int(n):]
-	} else {
-		body = body[2:]
-	}
+	sl.clientID = clientID
 	api, ok := apis[key]
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: API key %d (%s) is not served", errBadRequest, key, kmsg.NameForKey(key))
@@ -385,8 +377,7 @@ func (c *conn) parse(buf []byte) (*slot, kmsg.Request, error) {
 	req := kmsg.RequestForKey(key)
 	req.SetVersion(version)
 	if req.IsFlexible() {
-		var err error
-		if body, err = skipTags(body); err != nil {
+		if body, err = SkipTags(body); err != nil {
 			return nil, nil, fmt.Errorf("%w: %s v%d: header tags: %w", errBadRequest, kmsg.NameForKey(key), version, err)
 		}
 	}
@@ -396,9 +387,26 @@ func (c *conn) parse(buf []byte) (*slot, kmsg.Request, error) {
 	return sl, req, nil
 }
 
-// skipTags skips a tagged-field section: uvarint count, then per field a
-// uvarint tag, uvarint size and the bytes.
-func skipTags(b []byte) ([]byte, error) {
+// SplitClientID splits what follows a request header's correlation id
+// into the client id (a nullable string: i16 length, -1 for null) and the
+// rest.
+func SplitClientID(b []byte) (string, []byte, error) {
+	if len(b) < 2 {
+		return "", nil, errors.New("no client id")
+	}
+	n := int16(binary.BigEndian.Uint16(b))
+	if n <= 0 {
+		return "", b[2:], nil
+	}
+	if int(n) > len(b)-2 {
+		return "", nil, fmt.Errorf("client id of %d bytes past the end", n)
+	}
+	return string(b[2 : 2+int(n)]), b[2+int(n):], nil
+}
+
+// SkipTags skips a tagged-field section (of a flexible request header):
+// uvarint count, then per field a uvarint tag, uvarint size and the bytes.
+func SkipTags(b []byte) ([]byte, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 {
 		return nil, errors.New("bad tag count")

@@ -111,7 +111,7 @@ func (c *client) read(resp kmsg.Response) int32 {
 		c.t.Fatalf("reading a response: %v", err)
 	}
 	if resp.IsFlexible() && resp.Key() != apiVersionsKey {
-		if body, err = skipTags(body); err != nil {
+		if body, err = SkipTags(body); err != nil {
 			c.t.Fatal(err)
 		}
 	}
