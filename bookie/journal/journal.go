@@ -151,8 +151,10 @@ type Options struct {
 	// ZeroAhead is how many bytes of zeros a goroutine keeps written and
 	// synced past the records of a new file, one to two times it, while
 	// groups are small: fsyncs after writes over blocks the file has are
-	// quicker (prealloc.go). Default 1 MiB, rounded up to 4 KiB blocks;
-	// negative for none.
+	// quicker (prealloc.go). Rounded up to 4 KiB blocks; negative for
+	// none. Default: 1 MiB on the operating system's file system
+	// (vfs.Default), none on any other (in memory, or wrapped: test file
+	// systems, storage without fsyncs), where it only costs.
 	ZeroAhead int64
 	// NoSync skips the per-group fsync: throughput tests only. A machine
 	// crash or power loss then loses acknowledged records. (New files, the
@@ -209,9 +211,9 @@ func (o Options) withDefaults() (Options, error) {
 		o.RecycledFiles = 0
 	}
 	switch {
-	case o.ZeroAhead == 0:
+	case o.ZeroAhead == 0 && o.FS == vfs.Default:
 		o.ZeroAhead = defaultZeroAhead
-	case o.ZeroAhead < 0:
+	case o.ZeroAhead <= 0:
 		o.ZeroAhead = 0
 	default: // whole blocks, for O_DIRECT
 		o.ZeroAhead = int64(alignUp(int(o.ZeroAhead)))

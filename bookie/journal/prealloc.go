@@ -20,7 +20,8 @@ import (
 // but on its journal thread. Groups of directMinGroup or more, written with
 // O_DIRECT at the disk's bandwidth, do not call for zeros: they extend the
 // file themselves, whose metadata is a small part of their fdatasync, and
-// zeros would double the bytes the disk writes.
+// zeros would double the bytes the disk writes. Only on the operating
+// system's file system, unless asked (Options.ZeroAhead).
 //
 // Zeros past the last record read as a zeroed record header, the end of
 // the records; recovery tells them from damage by the zeros running to the

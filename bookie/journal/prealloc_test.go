@@ -85,7 +85,8 @@ func TestZeroAhead(t *testing.T) {
 
 // Groups written with O_DIRECT (directMinGroup or more) extend the file
 // themselves: no zeros are written ahead of them. Without fsyncs (NoSync)
-// there is nothing to gain: no filler.
+// there is nothing to gain: no filler; nor, unless asked, on file systems
+// other than the operating system's.
 func TestZeroAheadNotCalledFor(t *testing.T) {
 	t.Run("large groups", func(t *testing.T) {
 		j, _ := openT(t, Options{Dir: directDir(t), Logger: discardLogger}, Position{})
@@ -100,6 +101,19 @@ func TestZeroAheadNotCalledFor(t *testing.T) {
 		}
 		if got := j.zeroFills.Load(); got != 0 {
 			t.Errorf("%d fills of zeros after large groups only, want 0", got)
+		}
+	})
+	t.Run("other file systems by default", func(t *testing.T) {
+		// In memory, or a wrapper (tests, storage without fsyncs): an
+		// fsync there costs nothing to save, and pebble's in-memory
+		// files grow a byte at a time.
+		for _, fs := range []vfs.FS{vfs.NewMem(), zeroFailFS{vfs.Default}} {
+			j, _ := openT(t, Options{FS: fs, Dir: t.TempDir(), Logger: discardLogger}, Position{})
+			appendConcurrently(t, j, 200)
+			if j.w.fill != nil || j.zeroFills.Load() != 0 {
+				t.Errorf("%T: zeros written ahead by default", fs)
+			}
+			j.Close()
 		}
 	})
 	t.Run("NoSync", func(t *testing.T) {
