@@ -235,3 +235,65 @@ func (f zeroGateFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	return f.File.WriteAt(p, off)
 }
+
+// A reused file whose size is not a whole number of blocks (its old
+// records were written through the page cache) gets its zeros from the
+// next block boundary on, so that O_DIRECT takes them: no warning, and
+// the new records replay.
+func TestZeroAheadReusedFile(t *testing.T) {
+	dir := directDir(t)
+	old := Options{Dir: dir, MaxFileSize: 10_000, BufferedIO: true, ZeroAhead: -1, Logger: discardLogger}
+	j, _ := openT(t, old, Position{})
+	var last Position
+	for i := range 30 {
+		r := appendWait(t, j, 1, testBody(0, i, 999))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		last = r.End
+	}
+	if err := j.Release(last); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	free := freeFiles(t, dir)
+	if len(free) == 0 {
+		t.Fatal("no free file to reuse")
+	}
+	if size := fileSize(t, vfs.Default, filepath.Join(dir, freeName(free[len(free)-1]))); size%directAlign == 0 {
+		t.Fatalf("free file of %d bytes: want a size that is not whole blocks", size)
+	}
+
+	log, lb := newLogger()
+	opts := Options{Dir: dir, ZeroAhead: 8 << 10, Logger: log}
+	j, _ = openT(t, opts, last)
+	if j.w.direct == nil {
+		t.Fatalf("the journal in %s writes through the page cache: O_DIRECT was refused there", dir)
+	}
+	var acked []rec
+	for i := range 40 {
+		body := testBody(1, i, 300)
+		r := appendWait(t, j, 2, body)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		acked = append(acked, rec{r.End, 2, body})
+	}
+	waitWriterIdle(t, j)
+	if len(freeFiles(t, dir)) >= len(free) {
+		t.Fatal("no free file was reused")
+	}
+	if j.zeroFills.Load() == 0 {
+		t.Error("no zeros written ahead in the reused file")
+	}
+	checkQuiet(t, lb)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts.Logger = discardLogger
+	j, got := openT(t, opts, last)
+	defer j.Close()
+	checkRecs(t, got, acked)
+}
