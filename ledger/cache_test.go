@@ -550,3 +550,83 @@ func BenchmarkCacheGetHitLFU(b *testing.B) {
 		}
 	})
 }
+
+// The recent index's runs: entries found by id within a run, inserts
+// older than a run's first refused, gaps left as holes, an insert far
+// past a run's end starting it again, a duplicate found, and a run
+// emptied by deletes leaving the index (no run kept per ledger ever
+// seen).
+func TestRecentIndexRuns(t *testing.T) {
+	var x recentIndex
+	entry := func(ml uint64, ledger, id int64) (EntryKey, *recentEntry) {
+		k := EntryKey{ml, ledger, id}
+		return k, &recentEntry{key: k}
+	}
+	stored := map[EntryKey]*recentEntry{}
+	for _, id := range []int64{10, 11, 12, 14} { // 13: a hole
+		k, e := entry(1, 7, id)
+		if got, dup := x.loadOrStore(k, e); dup || got != e {
+			t.Fatalf("store %v: dup %t", k, dup)
+		}
+		stored[k] = e
+	}
+	k2, e2 := entry(2, 7, 10) // another managed ledger, same ledger id
+	x.loadOrStore(k2, e2)
+	stored[k2] = e2
+	for k, e := range stored {
+		if got, ok := x.load(k); !ok || got != e {
+			t.Errorf("load %v: %v %t", k, got, ok)
+		}
+	}
+	for _, id := range []int64{9, 13, 15} {
+		if _, ok := x.load(EntryKey{1, 7, id}); ok {
+			t.Errorf("load of entry %d, never stored, found it", id)
+		}
+	}
+	k, e := entry(1, 7, 11)
+	if got, dup := x.loadOrStore(k, e); !dup || got != stored[k] {
+		t.Errorf("a duplicate insert: %v, dup %t", got, dup)
+	}
+	if _, dup := x.loadOrStore(entry(1, 7, 9)); !dup {
+		t.Error("an entry older than its run stored")
+	}
+	k, e = entry(1, 7, 13)
+	if _, dup := x.loadOrStore(k, e); dup {
+		t.Error("a hole not filled")
+	}
+	stored[k] = e
+
+	// Deleting a wrong entry under a key does nothing; deleting them all
+	// in order drops the run.
+	x.compareAndDelete(EntryKey{1, 7, 10}, &recentEntry{})
+	if _, ok := x.load(EntryKey{1, 7, 10}); !ok {
+		t.Error("compareAndDelete of another entry deleted it")
+	}
+	for id := int64(10); id <= 14; id++ {
+		k := EntryKey{1, 7, id}
+		x.compareAndDelete(k, stored[k])
+		if _, ok := x.load(k); ok {
+			t.Errorf("entry %d found after its delete", id)
+		}
+	}
+	x.mu.RLock()
+	runs := len(x.runs)
+	x.mu.RUnlock()
+	if runs != 1 {
+		t.Errorf("%d runs left, want 1 (managed ledger 2's)", runs)
+	}
+	// A new insert after the run left makes a new one.
+	k, e = entry(1, 7, 20)
+	if _, dup := x.loadOrStore(k, e); dup {
+		t.Error("insert after the run left refused")
+	}
+	// Far past a run's end: the run starts again there.
+	k, e = entry(1, 7, 20+maxRunGap+2)
+	x.loadOrStore(k, e)
+	if got, ok := x.load(k); !ok || got != e {
+		t.Error("an entry far past its run's end not found")
+	}
+	if _, ok := x.load(EntryKey{1, 7, 20}); ok {
+		t.Error("the run's old entries kept after it started again")
+	}
+}
