@@ -23,10 +23,15 @@ import (
 // storage's goroutine and must not block.
 type Storage interface {
 	// AddEntry stores an entry (bookie/entry format) and calls done once it
-	// is durable. recovery adds are accepted on fenced ledgers. e may be
-	// kept after done (until storage has applied it): it must not change.
+	// is durable. It verifies e's checksum (entry.Verify) and refuses an
+	// entry failing it with entry.ErrChecksum: the server parses the
+	// header only, so that an add is checksummed once in the bookie, not
+	// twice. recovery adds are accepted on fenced ledgers. e may be kept
+	// after done (until storage has applied it): it must not change.
 	AddEntry(e []byte, recovery bool, done func(error))
-	// ReadEntry returns the stored entry; the slice is the caller's.
+	// ReadEntry returns the stored entry; the slice is the caller's. The
+	// entry has been verified (entry.Verify) since it was read from the
+	// disk: a client in this process (Call) does not verify it again.
 	ReadEntry(ledger, entryID int64) ([]byte, error)
 	LastAddConfirmed(ledger int64) (lac, lastEntry int64, err error)
 	// WaitLAC blocks until the ledger's LAC passes after or ctx ends.
@@ -401,7 +406,7 @@ func (s *Server) dispatch(p peer, h wire.Header, body []byte, kept bool) {
 		if !kept {
 			e = append([]byte(nil), body...) // kept by storage until applied
 		}
-		eh, err := entry.Verify(e)
+		eh, err := entry.Parse(e) // storage verifies the checksum
 		if err != nil {
 			s.fail(p, h, err)
 			return

@@ -36,7 +36,11 @@ func newMemStorage() *memStorage {
 var errNotHere = errors.New("mem: no such entry")
 
 func (m *memStorage) AddEntry(e []byte, recovery bool, done func(error)) {
-	h, _ := entry.Parse(e)
+	h, err := entry.Verify(e) // as Storage must
+	if err != nil {
+		done(err)
+		return
+	}
 	m.mu.Lock()
 	if m.fenced[h.Ledger] && !recovery {
 		m.mu.Unlock()

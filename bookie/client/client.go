@@ -61,7 +61,10 @@ type Config struct {
 // Local is a bookie in the client's process (bookie.Server's Call): it
 // answers each request by calling done exactly once, possibly before Call
 // returns, with the status and the response body after it as parts (the
-// parts are the client's to keep). body does not change until then.
+// parts are the client's to keep). body does not change until then. The
+// entry a Read answers with has been verified (entry.Verify) since the
+// bookie read it from its disk, so the client checks only that it is the
+// entry asked for: its bytes crossed no wire since.
 type Local interface {
 	Call(op wire.Op, flags uint16, body []byte, done func(st wire.Status, payload [][]byte))
 }
@@ -255,6 +258,7 @@ type reply struct {
 	addr   string
 	status wire.Status
 	body   []byte // a copy: the receiver's
+	local  bool   // from an in-process bookie: a read entry is verified already (Local)
 	err    error
 }
 
@@ -278,7 +282,7 @@ func (c *Client) request(addr string, op wire.Op, flags uint16, body []byte, tim
 		if !r.owned {
 			body = slices.Clone(body)
 		}
-		out <- reply{tag: tag, addr: addr, status: r.status, body: body, err: r.err}
+		out <- reply{tag: tag, addr: addr, status: r.status, body: body, local: r.local, err: r.err}
 	})
 	if err != nil {
 		out <- reply{tag: tag, addr: addr, err: err}

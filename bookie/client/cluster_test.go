@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,6 +82,37 @@ type testBookie struct {
 	*bookietest.Bookie
 	addr    string
 	storage *bookieStorage
+	// damaged flips a payload byte of every entry-log read on the
+	// bookie's file system: its disk returns bytes other than written.
+	damaged *atomic.Bool
+}
+
+// damagingFS is a file system whose entry-log files, while on is set,
+// return every read with its last byte flipped.
+type damagingFS struct {
+	vfs.FS
+	on *atomic.Bool
+}
+
+func (fs damagingFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	if err != nil || !strings.Contains(name, "entrylogs") {
+		return f, err
+	}
+	return damagingFile{f, fs.on}, nil
+}
+
+type damagingFile struct {
+	vfs.File
+	on *atomic.Bool
+}
+
+func (f damagingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if n > 0 && f.on.Load() {
+		p[n-1] ^= 0x5a
+	}
+	return n, err
 }
 
 type cluster struct {
@@ -156,10 +188,12 @@ func newCluster(t testing.TB, n int) *cluster {
 func (cl *cluster) addBookie() *testBookie {
 	t := cl.t
 	t.Helper()
-	o := bookietest.Options{Dir: fmt.Sprintf("/b%d", len(cl.bookies)+1), Logger: testLogger()}
+	o := bookietest.Options{FS: vfs.NewMem(), Dir: fmt.Sprintf("/b%d", len(cl.bookies)+1), Logger: testLogger()}
 	if cl.onDisk {
 		o.FS, o.Dir, o.NoSync = vfs.Default, t.TempDir(), true
 	}
+	damaged := new(atomic.Bool)
+	o.FS = damagingFS{o.FS, damaged}
 	var bs *bookieStorage
 	o.Wrap = func(st *storage.Storage) bookie.Storage {
 		bs = &bookieStorage{Storage: st}
@@ -169,7 +203,7 @@ func (cl *cluster) addBookie() *testBookie {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &testBookie{Bookie: tb, addr: tb.Addr, storage: bs}
+	b := &testBookie{Bookie: tb, addr: tb.Addr, storage: bs, damaged: damaged}
 	cl.bookies = append(cl.bookies, b)
 	return b
 }

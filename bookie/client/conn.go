@@ -23,6 +23,7 @@ type response struct {
 	status wire.Status
 	body   []byte // after the status; valid only during the callback, unless owned
 	owned  bool   // body is the callback's to keep (a large frame read into its own buffer)
+	local  bool   // answered by an in-process bookie (Local): a read entry is verified already
 	err    error  // transport failure or timeout; status and body are unset
 }
 
@@ -317,7 +318,7 @@ type localAnswer struct {
 // localResponse makes a Local answer a response: its body is the payload
 // (in one piece), the callback's to keep.
 func localResponse(st wire.Status, payload [][]byte) response {
-	r := response{status: st, owned: true}
+	r := response{status: st, owned: true, local: true}
 	switch len(payload) {
 	case 0:
 	case 1:

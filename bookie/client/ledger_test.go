@@ -11,6 +11,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/bookie/entry"
 	"github.com/magnetar-io/magnetar/bookie/storage"
+	"github.com/magnetar-io/magnetar/bookie/wire"
 	"github.com/magnetar-io/magnetar/meta"
 )
 
@@ -275,15 +276,28 @@ func TestLedgerOptionsValidated(t *testing.T) {
 
 func TestChecksumCorruption(t *testing.T) { forTransports(t, testChecksumCorruption) }
 
+// Damaged bytes are never returned as an entry: damaged on a bookie's
+// disk, the bookie's storage finds them (it verifies what it reads, over
+// either transport); damaged after that, on the way (simulated by a
+// storage wrapper that damages what it returns), the client does — over
+// TCP. An in-process bookie's answer takes no way: the client does not
+// check its checksum again (Local), which the last case shows.
 func testChecksumCorruption(t *testing.T, local bool) {
 	for _, tc := range []struct {
 		name    string
-		corrupt int // bookies serving damaged bytes
+		disk    int // bookies whose disk returns damaged bytes
+		wire    int // bookies whose answers are damaged after storage read them
 		wantErr error
+		tcpOnly bool
 	}{
-		{"one replica damaged: read from another", 1, nil},
-		{"all replicas damaged", 3, entry.ErrChecksum},
+		{name: "one disk damaged: read from another", disk: 1},
+		{name: "every disk damaged", disk: 3, wantErr: wire.ErrChecksum},
+		{name: "one answer damaged on the way: read from another", wire: 1, tcpOnly: true},
+		{name: "every answer damaged on the way", wire: 3, wantErr: entry.ErrChecksum, tcpOnly: true},
 	} {
+		if tc.tcpOnly && local {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			cl := newClusterOver(t, 3, local)
@@ -300,7 +314,15 @@ func testChecksumCorruption(t *testing.T, local bool) {
 			if err := w.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			for _, b := range cl.bookies[:tc.corrupt] {
+			for _, b := range cl.bookies {
+				if err := b.Storage.Checkpoint(); err != nil { // the entries in the entry logs' files
+					t.Fatal(err)
+				}
+			}
+			for _, b := range cl.bookies[:tc.disk] {
+				b.damaged.Store(true)
+			}
+			for _, b := range cl.bookies[:tc.wire] {
 				b.storage.corrupt.Store(true)
 			}
 			r, err := c.OpenLedger(ctx, w.ID(), OpenOptions{})
@@ -319,6 +341,43 @@ func testChecksumCorruption(t *testing.T, local bool) {
 				t.Fatalf("read: %v, want %v", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// The contract that lets a client skip the checksum of an in-process
+// bookie's answers (Local): without the bookie's own check, damaged
+// bytes from its storage reach the reader.
+func TestLocalReadsAreNotVerifiedTwice(t *testing.T) {
+	ctx := testCtx(t)
+	cl := newClusterOver(t, 1, true)
+	c := cl.client()
+	w, err := c.CreateLedger(ctx, LedgerOptions{EnsembleSize: 1, WriteQuorum: 1, AckQuorum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range appendAll(w, "once", 0, 3) {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.bookies[0].storage.corrupt.Store(true) // after the storage's check
+	r, err := c.OpenLedger(ctx, w.ID(), OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Read(ctx, 0, 2)
+	if err != nil {
+		t.Fatalf("read: %v (the client checked the checksum of an in-process answer)", err)
+	}
+	for i, e := range got {
+		want := payload("once", i)
+		want[len(want)-1] ^= 0x5a
+		if !bytes.Equal(e.Payload, want) {
+			t.Fatalf("entry %d: payload %.40q, want the damage the wrapper made, %.40q", i, e.Payload, want)
+		}
 	}
 }
 
