@@ -155,3 +155,39 @@ func TestPerfNoopBroker(t *testing.T) {
 		t.Errorf("kafka without a store: exit %d, %v: %s", code, err, out)
 	}
 }
+
+// perf all's kfake peer runs as a child process: it gets ready, serves a
+// Kafka client (a record produced is fetched back) and stops on signal.
+func TestPerfKFakeBroker(t *testing.T) {
+	clearEnv(t)
+	exe := magnetarBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var logs syncBuffer
+	c, err := startChild(ctx, exe, []string{"perf", "kfake-broker", "--log-format", "json"}, "kfake", "magnetar perf kfake-broker ready", &logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ready.Addr), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, nil, "t"); err != nil || resp.Err != nil {
+		t.Fatalf("create topic: %v, %v", err, resp.Err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte("kfake")}).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	fs := cl.PollRecords(ctx, 1)
+	if err := fs.Err0(); err != nil {
+		t.Fatalf("fetch: %v", err)
+	}
+	if recs := fs.Records(); len(recs) != 1 || string(recs[0].Value) != "kfake" {
+		t.Fatalf("fetched %v, want the record produced", recs)
+	}
+	cl.Close()
+	if err := c.stop(); err != nil {
+		t.Fatalf("stop: %v\n%s", err, logs.String())
+	}
+}

@@ -48,7 +48,7 @@ machine it runs on. See docs/BENCHMARKS.md.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newPerfBookieCommand(a), newPerfProduceCommand(a), newPerfConsumeCommand(a), newPerfKafkaCommand(a), newPerfAllCommand(a),
-		newPerfNoopCommand(a))
+		newPerfNoopCommand(a), newPerfKFakeCommand(a))
 	return cmd
 }
 

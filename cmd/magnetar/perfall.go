@@ -36,7 +36,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/magnetar-io/magnetar/broker"
@@ -348,7 +347,7 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 		err = b.measureDiskAgain(ctx, dir, res)
 	}
 	if err == nil {
-		err = b.runKFake(ctx, res.kfake)
+		err = b.runKFake(ctx, exe, logs, res.kfake)
 	}
 	t := benchTable(res, cfg)
 	fmt.Fprintf(out, "\nresults: %s\n%s", tableNote, t.text())
@@ -699,18 +698,25 @@ func parseHists(r io.Reader) (map[string]histDelta, error) {
 	return hs, sc.Err()
 }
 
-// runKFake runs the Kafka loads against an in-process kfake cluster.
-func (b *benchRun) runKFake(ctx context.Context, figs benchFigures) error {
+// runKFake runs the Kafka loads against kfake: `magnetar perf
+// kfake-broker` started from exe as a child process, as the standalone is
+// (see newPerfKFakeCommand for why not in this process).
+func (b *benchRun) runKFake(ctx context.Context, exe string, logs io.Writer, figs benchFigures) (err error) {
 	if ctx.Err() != nil {
 		return nil
 	}
-	fmt.Fprintln(b.out, "\n[kfake] starting an in-process kfake cluster (1 broker, in memory)")
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	fmt.Fprintln(b.out, "\n[kfake] starting `magnetar perf kfake-broker`, a kfake cluster (1 broker, in memory) in a process of its own")
+	c, err := startChild(ctx, exe, []string{"perf", "kfake-broker", "--log-format", "json", "--log-level", "info"},
+		"kfake", "magnetar perf kfake-broker ready", logs)
 	if err != nil {
-		return fmt.Errorf("kfake: %w", err)
+		return err
 	}
-	defer c.Close()
-	return b.runSteps(ctx, "kfake", b.kafkaSteps("kfake", c.ListenAddrs(), figs), nil)
+	defer func() {
+		if serr := c.stop(); err == nil {
+			err = serr
+		}
+	}()
+	return b.runSteps(ctx, "kfake", b.kafkaSteps("kfake", []string{c.ready.Addr}, figs), nil)
 }
 
 // runNoopPulsar runs the Pulsar publish latency loads against a no-op
@@ -2235,7 +2241,8 @@ func docSection(cfg perfAllConfig, dataDir string, t *table) string {
 	fmt.Fprintf(&sb, "Machine: %s.\n\n", describeMachine(dataDir))
 	fmt.Fprintf(&sb, "Command: `%s` (%s).\n\n", cfg.Command, cfg.describe())
 	sb.WriteString(`Magnetar is ` + "`magnetar standalone`" + ` with its defaults (fsync on), a child process on
-loopback; kfake is franz-go's in-memory fake Kafka in the benchmark's process.
+loopback; kfake is franz-go's in-memory fake Kafka, a child process too
+(` + "`magnetar perf kfake-broker`" + `).
 Kafka loads: franz-go, acks all, idempotent, 1 KiB records; produce is a
 closed loop, consume reads the 4-partition topic from the start (cold, then
 warm), publish latency is an open loop at the rate with no linger (timed
