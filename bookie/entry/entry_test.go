@@ -3,6 +3,7 @@ package entry
 import (
 	"bytes"
 	"errors"
+	"hash/crc32"
 	"testing"
 )
 
@@ -52,5 +53,20 @@ func TestEncodeInPlace(t *testing.T) {
 	buf := append(make([]byte, HeaderSize), "hello"...)
 	if got, want := EncodeInPlace(buf, h), Encode(nil, h, []byte("hello")); !bytes.Equal(got, want) {
 		t.Fatalf("EncodeInPlace = %x, Encode = %x", got, want)
+	}
+}
+
+// PayloadChecksum is the checksum of the payload's bytes, for payloads
+// empty to large.
+func TestPayloadChecksum(t *testing.T) {
+	for _, n := range []int{0, 1, 35, 4096, 1<<20 + 7} {
+		payload := make([]byte, n)
+		for i := range payload {
+			payload[i] = byte(i*31 + n)
+		}
+		e := Encode(nil, Header{Ledger: 3, Entry: int64(n), LAC: 2, Length: 99}, payload)
+		if got, want := PayloadChecksum(e), crc32.Checksum(payload, castagnoli); got != want {
+			t.Fatalf("%d-byte payload: PayloadChecksum = %08x, want %08x", n, got, want)
+		}
 	}
 }

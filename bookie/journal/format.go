@@ -6,6 +6,8 @@ import (
 	"hash/crc32"
 	"strconv"
 	"strings"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/crc32c"
 )
 
 // On-disk format. Changing any of these constants changes the format: add a
@@ -150,6 +152,16 @@ func recordCRC(typ byte, body []byte) uint32 {
 	binary.BigEndian.PutUint32(h[:], uint32(len(body)))
 	h[4] = typ
 	return crc32.Update(crc32.Update(0, castagnoli, h[:]), castagnoli, body)
+}
+
+// recordCRCKnown is recordCRC from the CRC-32C of body[from:], tailCRC,
+// without reading those bytes.
+func recordCRCKnown(typ byte, body []byte, from int, tailCRC uint32) uint32 {
+	var h [recordHeaderSize - 4]byte
+	binary.BigEndian.PutUint32(h[:], uint32(len(body)))
+	h[4] = typ
+	head := crc32.Update(crc32.Update(0, castagnoli, h[:]), castagnoli, body[:from])
+	return crc32c.Combine(head, tailCRC, len(body)-from)
 }
 
 // appendRecordCRC appends the record with its crc field (recordCRC, salted)

@@ -446,6 +446,25 @@ func (j *Journal) recover(from Position, replay func(Position, byte, []byte) err
 //
 // Append blocks while QueueSize appends are already waiting for the writer.
 func (j *Journal) Append(typ byte, body []byte, done func(end Position, err error)) {
+	j.append(typ, body, -1, 0, done)
+}
+
+// AppendKnown is Append for a body whose tail's CRC-32C the caller
+// already has: tailCRC must be the CRC-32C of body[from:] (bookie/storage
+// passes an add's payload checksum, from its verified entry). The
+// record's checksum is then combined from it (crc32c.Combine) instead of
+// read off those bytes again. A wrong tailCRC makes a record that replay
+// refuses as corrupt.
+func (j *Journal) AppendKnown(typ byte, body []byte, from int, tailCRC uint32, done func(end Position, err error)) {
+	if from < 0 || from > len(body) {
+		callDone(done, Position{}, fmt.Errorf("journal: AppendKnown: tail from %d of a %d-byte body", from, len(body)))
+		return
+	}
+	j.append(typ, body, from, tailCRC, done)
+}
+
+// append is Append, with the CRC-32C of body[from:] known when from >= 0.
+func (j *Journal) append(typ byte, body []byte, from int, tailCRC uint32, done func(end Position, err error)) {
 	if typ == 0 {
 		callDone(done, Position{}, ErrInvalidType)
 		return
@@ -456,7 +475,12 @@ func (j *Journal) Append(typ byte, body []byte, done func(end Position, err erro
 	}
 	// The checksum is computed here, concurrently with other appends and
 	// with the writer's sync of an earlier group: the writer only copies.
-	crc := recordCRC(typ, body)
+	var crc uint32
+	if from >= 0 {
+		crc = recordCRCKnown(typ, body, from, tailCRC)
+	} else {
+		crc = recordCRC(typ, body)
+	}
 	j.mu.Lock()
 	if j.mu.closed {
 		j.mu.Unlock()

@@ -3,6 +3,8 @@ package journal
 import (
 	"bytes"
 	"errors"
+	"hash/crc32"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -340,4 +342,60 @@ func TestOnSync(t *testing.T) {
 	if calls.Load() < 1 || records.Load() != 10 || calls.Load() != j.syncs.Load() {
 		t.Fatalf("OnSync: %d calls, %d records; want 10 records in %d syncs", calls.Load(), records.Load(), j.syncs.Load())
 	}
+}
+
+// AppendKnown: a record whose checksum is combined from its tail's
+// CRC-32C replays as one written by Append; a wrong tail CRC makes a
+// record replay refuses (the rest of the file skipped, logged); a
+// tail outside the body is refused at once.
+func TestAppendKnown(t *testing.T) {
+	logger, logs := newLogger()
+	opts := Options{FS: vfs.NewMem(), Dir: memDir, Logger: logger}
+	j, _ := openT(t, opts, Position{})
+	var want [][]byte
+	for i, n := range []int{0, 1, 36, 100, 40 << 10, 1<<20 + 3} {
+		body := testBody(1, i, max(n, 8))[:n]
+		for _, from := range []int{0, min(36, n), n} {
+			if r := knownWait(t, j, 7, body, from, crc32.Checksum(body[from:], castagnoli)); r.Err != nil {
+				t.Fatalf("AppendKnown(%d bytes, from %d): %v", n, from, r.Err)
+			}
+			want = append(want, body)
+		}
+		if r := appendWait(t, j, 8, body); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		want = append(want, body)
+	}
+	var refused error
+	j.AppendKnown(7, []byte("short"), 6, 0, func(_ Position, err error) { refused = err })
+	if refused == nil {
+		t.Error("AppendKnown with its tail past the body's end: no error")
+	}
+	bad := testBody(2, 0, 64<<10)
+	if r := knownWait(t, j, 7, bad, 36, crc32.Checksum(bad[37:], castagnoli)); r.Err != nil {
+		t.Fatal(r.Err) // written: the journal cannot tell
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, got := openT(t, opts, Position{})
+	defer j.Close()
+	if len(got) != len(want) {
+		t.Fatalf("replayed %d records, want %d (all but the one with a wrong tail CRC)", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i].Body, want[i]) {
+			t.Fatalf("record %d: %d bytes replayed, differ from the %d written", i, len(got[i].Body), len(want[i]))
+		}
+	}
+	if e := logs.lines("ERROR"); len(e) != 1 || !strings.Contains(e[0], "checksum mismatch") {
+		t.Fatalf("replay errors %q, want one: the record with a wrong checksum cut off\n%s", e, logs.String())
+	}
+}
+
+func knownWait(t testing.TB, j *Journal, typ byte, body []byte, from int, tailCRC uint32) result {
+	t.Helper()
+	ch := make(chan result, 1)
+	j.AppendKnown(typ, body, from, tailCRC, func(end Position, err error) { ch <- result{end, err} })
+	return recv(t, ch, "done callback")
 }

@@ -199,7 +199,7 @@ func (s *Storage) appendAdd(h entry.Header, e []byte, recovery bool, done func(e
 	}
 	// Acknowledged once durable; the applier makes it readable (ack.go).
 	// A journal failure is the applier's to report, in order.
-	s.jnl.Append(typ, e, func(end journal.Position, err error) {
+	journaled := func(end journal.Position, err error) {
 		ack := done
 		if err == nil {
 			s.ackedAt(end)
@@ -207,9 +207,23 @@ func (s *Storage) appendAdd(h entry.Header, e []byte, recovery bool, done func(e
 			ack = nil
 		}
 		s.applyQ.put(applyReq{end: end, jerr: err, typ: typ, entry: e, done: ack})
-	})
+	}
+	if len(e)-entry.HeaderSize >= knownPayloadMin {
+		// AddEntry verified e: its checksum is right, and the journal
+		// record's is combined from it rather than read off the payload
+		// a second time.
+		s.jnl.AppendKnown(typ, e, entry.HeaderSize, entry.PayloadChecksum(e), journaled)
+	} else {
+		s.jnl.Append(typ, e, journaled)
+	}
 	return nil
 }
+
+// knownPayloadMin: from this payload size on, an add's journal checksum is
+// combined from the entry's (two crc32c.Combine, about 0.4 µs) instead of
+// computed over the payload (about 0.6 µs per 16 KiB here, more when the
+// bytes are not in the CPU's cache).
+const knownPayloadMin = 16 << 10
 
 // journalFailed handles a journal error for a record (on the applier, in
 // journal order): the journal refuses everything after a failure, so the

@@ -1,0 +1,64 @@
+package crc32c
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// Combine agrees with a pass over the bytes, for lengths from 0 to past
+// a MiB, including the ends of each power of two.
+func TestCombine(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 3<<20)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	lens := []int{0, 1, 2, 3, 7, 8, 31, 32, 36, 1000, 4095, 4096, 4097, 65535, 65536, 1 << 20, 1<<20 + 13}
+	for range 200 {
+		lens = append(lens, r.IntN(1<<21))
+	}
+	for _, lb := range lens {
+		la := r.IntN(100)
+		a, b := buf[:la], buf[la:la+lb]
+		whole := Checksum(buf[:la+lb])
+		if got := Combine(Checksum(a), Checksum(b), lb); got != whole {
+			t.Fatalf("len(a) %d, len(b) %d: Combine = %08x, want %08x", la, lb, got, whole)
+		}
+		if got := Combine(Checksum(a), whole, lb); got != Checksum(b) {
+			t.Fatalf("len(a) %d, len(b) %d: prefix off = %08x, want %08x", la, lb, got, Checksum(b))
+		}
+	}
+}
+
+// A damaged byte anywhere changes the combined checksum as it changes the
+// one read off the bytes.
+func TestCombineSeesDamage(t *testing.T) {
+	a, b := []byte("header of the record"), make([]byte, 5000)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	good := Combine(Checksum(a), Checksum(b), len(b))
+	b[4321] ^= 1
+	if Combine(Checksum(a), Checksum(b), len(b)) == good {
+		t.Fatal("a flipped bit left the combined checksum unchanged")
+	}
+}
+
+func BenchmarkCombine1MiB(b *testing.B) {
+	for b.Loop() {
+		Combine(0x12345678, 0x9abcdef0, 1<<20+12345)
+	}
+}
+
+func BenchmarkChecksum(b *testing.B) {
+	for _, n := range []int{1 << 10, 4 << 10, 16 << 10, 1 << 20} {
+		buf := make([]byte, n)
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				Checksum(buf)
+			}
+		})
+	}
+}
