@@ -50,7 +50,6 @@ var perfAllSettings = []setting{
 	{"perf-all-topics-rate", "5000", "msg/s", "the many-topics load publishes this many messages/s over all its topics"},
 	{"perf-all-partitions", "10000", "count", "partitions of the many-partitions load (the memory goal), one Kafka topic with a record and a committed offset on each"},
 	{"perf-write-doc", "", "file", "write the machine, the date and the results table into this Markdown file, between <!-- make bench: begin --> and <!-- make bench: end --> (appended the first time)"},
-	{"perf-all-touch-memory", "all", "MiB", "before the loads, write once to each page of this much free memory (all: all of it but 1 GiB; 0: none), so that no load pays a virtual machine's first use of a page"},
 	{"perf-profile-dir", "", "dir", "save profiles of the standalone for each load here: <load>.cpu.pprof, and <load>.allocs-before.pprof and <load>.allocs.pprof (its allocations before and after the load)"},
 }
 
@@ -83,11 +82,7 @@ func newPerfAllCommand(a *app) *cobra.Command {
   magnetar perf all --perf-duration 3s --perf-all-topics 100 --perf-all-partitions 1000 --perf-profile-dir bench-profiles`,
 		Long: `Run the whole benchmark of docs/BENCHMARKS.md in one go (make bench).
 
-1. The machine's limits. First, one write to each page of the free memory
-   (perf-all-touch-memory), given back at once: a virtual machine's host
-   backs a page on its first use, which would otherwise cost whichever
-   load used the page first (its speed is a row of the table). Then, in
-   a scratch directory under data-dir: sequential
+1. The machine's limits, in a scratch directory under data-dir: sequential
    writes each followed by fdatasync at 64 KiB (bandwidth, and the latency
    of each write + fdatasync) and at 1 MiB (bandwidth), and at 1 MiB with
    O_DIRECT, skipping the page cache (where the file system allows it;
@@ -140,9 +135,8 @@ func newPerfAllCommand(a *app) *cobra.Command {
      subscriptions; 2 s later the standalone's resident memory (VmRSS of
      /proc/<pid>/status) is read, against its RSS before the load and its
      peak (VmHWM, reset at the start of the load).
-4. The same Kafka loads against kfake (franz-go's fake cluster: one
-   broker, in memory, no fsync), run as this binary's hidden command
-   ` + "`magnetar perf kfake-broker`" + ` in a child process, as the standalone is.
+4. The same Kafka loads against an in-process kfake (franz-go's fake
+   cluster: one broker, in memory, no fsync).
 
 Each load runs perf-duration (a consume: until it has read everything; the
 partitions: until they are all open); the first perf-warmup of a produce or
@@ -195,7 +189,6 @@ type perfAllConfig struct {
 	Topics         int
 	TopicsRate     float64
 	Partitions     int
-	TouchMemory    int64  // bytes of free memory touched first; -1 all of it but memTouchReserve
 	WriteDoc       string // "" writes no file
 	ProfileDir     string // "" takes no profiles
 	Interval       time.Duration
@@ -239,9 +232,6 @@ func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
 		return cfg, errors.New("perf-all-topics-rate 0: want a positive rate")
 	}
 	if cfg.Partitions, err = check(sv, s("perf-all-partitions"), parseCount(broker.MaxPartitions)); err != nil {
-		return cfg, err
-	}
-	if cfg.TouchMemory, err = check(sv, s("perf-all-touch-memory"), parseTouchMemory); err != nil {
 		return cfg, err
 	}
 	cfg.Interval = time.Second
@@ -290,9 +280,6 @@ type benchResults struct {
 	// appends at that rate (measureDurableAppends).
 	appends  map[float64]*durableAppends
 	loopback float64 // MB/s
-	// memTouch is the speed of the first write to each page of the free
-	// memory touched before the loads (MB/s; 0: none touched).
-	memTouch float64
 	// loopbackSendCPU is the loopback sender's CPU per MB sent (ms), the
 	// least a broker spends to send what a consumer reads; 0 if the
 	// system does not say.
@@ -417,9 +404,6 @@ func (b *benchRun) runSteps(ctx context.Context, target string, steps []benchSte
 func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResults) error {
 	d := b.cfg.LimitsDuration
 	fmt.Fprintln(b.out, "\n[limits] the machine")
-	if err := b.touchFreeMemory(ctx, res); err != nil {
-		return fmt.Errorf("limits: free memory: %w", err)
-	}
 	var err error
 	if res.disk64K, err = measureSyncedWrites(ctx, vfs.Default, dir, 64<<10, d); err != nil {
 		return fmt.Errorf("limits: fsync'd 64 KiB writes: %w", err)
@@ -454,38 +438,6 @@ func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResu
 		return fmt.Errorf("limits: loopback TCP: %w", err)
 	}
 	fmt.Fprintf(b.out, "loopback TCP: 1 MiB writes for %.1fs: %.2f MB/s; the sender's CPU per MB: %.3f ms\n", d.Seconds(), res.loopback, res.loopbackSendCPU)
-	return nil
-}
-
-// touchFreeMemory writes once to every page of the machine's free memory
-// (or perf-all-touch-memory of it), so that no load pays the first use
-// of a virtual machine's pages (perfmem.go), and records the speed.
-func (b *benchRun) touchFreeMemory(ctx context.Context, res *benchResults) error {
-	if b.cfg.TouchMemory == 0 {
-		return nil
-	}
-	free, err := systemFreeMemory()
-	if errors.Is(err, errMemUnsupported) {
-		fmt.Fprintf(b.out, "memory: not touched before the loads: %v\n", err)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	n := free - memTouchReserve
-	if b.cfg.TouchMemory > 0 {
-		n = min(n, b.cfg.TouchMemory)
-	}
-	if n <= 0 {
-		fmt.Fprintf(b.out, "memory: %d MiB free, none touched\n", free>>20)
-		return nil
-	}
-	fmt.Fprintf(b.out, "memory: writing once to each page of %.1f GiB of free memory (of %.1f GiB free), so that no load pays a virtual machine's first use of a page...\n",
-		float64(n)/(1<<30), float64(free)/(1<<30))
-	if res.memTouch, err = touchMemory(ctx, n); err != nil {
-		return err
-	}
-	fmt.Fprintf(b.out, "memory: %.0f MB/s\n", res.memTouch)
 	return nil
 }
 
@@ -2113,7 +2065,6 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 	}
 	valueRow("loopback TCP, MB/s", res.loopback, "%.2f")
 	valueRow("loopback TCP, the sender's CPU per MB, ms", res.loopbackSendCPU, "%.3f")
-	valueRow("memory, the first write to each free page (before the loads), MB/s", res.memTouch, "%.0f")
 
 	limits := benchLimits(res)
 	for _, row := range benchRows(cfg) {

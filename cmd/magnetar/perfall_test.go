@@ -48,8 +48,7 @@ func runPerfAllBinary(t *testing.T, extra ...string) (int, string, string) {
 	defer cancel()
 	args := append([]string{"perf", "all", "--data-dir", diskDir(t),
 		"--perf-duration", "300ms", "--perf-warmup", "50ms", "--perf-limits-duration", "100ms",
-		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--perf-all-partitions", "30", "--perf-all-touch-memory", "64",
-		"--log-level", "warn"}, extra...)
+		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--perf-all-partitions", "30", "--log-level", "warn"}, extra...)
 	cmd := exec.CommandContext(ctx, magnetarBinary(t), args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envPrefix) {
@@ -99,7 +98,6 @@ func perfAllMeasures(topics, partitions int) []string {
 		"limit: disk, 64 KiB writes + fdatasync after the Magnetar loads, MB/s",
 		"limit: fsync latency (64 KiB) after the Magnetar loads, p99 ms",
 		"limit: loopback TCP, the sender's CPU per MB, ms",
-		"limit: memory, the first write to each free page (before the loads), MB/s",
 	}
 	for _, r := range benchRows(perfAllConfig{Topics: topics, Partitions: partitions}) {
 		m = append(m, r.measure)
@@ -118,13 +116,13 @@ func checkPerfAllTable(t *testing.T, out string) {
 		t.Fatalf("no results table in:\n%s", out)
 	}
 	measures := perfAllMeasures(10, 30)
-	// 28 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
+	// 27 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
 	// and warm, the client's CPU and bound (4), publish at 2 rates × (3
 	// quantiles, the broker's share ×2), end to end at 2 rates × 3
 	// quantiles; Pulsar: the same latencies, batched produce (2), 10
 	// topics (3); 30 partitions open (5).
-	if len(measures) != 28+4+4+10+6+10+6+2+3+5 {
-		t.Fatalf("%d rows, want 78: %q", len(measures), measures)
+	if len(measures) != 27+4+4+10+6+10+6+2+3+5 {
+		t.Fatalf("%d rows, want 77: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
