@@ -8,10 +8,12 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// commitWhileSyncing appends one record, holds its group's sync, queues n
-// more records from several goroutines, lets the syncs go and returns how
-// many syncs the n+1 records took.
-func commitWhileSyncing(t *testing.T, opts Options, n, size int) int64 {
+// commitWhileHeld appends one record, holds its group's write (holdWrite)
+// or its sync, queues n more records from several goroutines, lets the
+// writes and syncs go and returns how many group writes and syncs the n+1
+// records took. While a sync is held the writer writes the records as they
+// come (syncer.go); they are all written before the sync is let go.
+func commitWhileHeld(t *testing.T, opts Options, n, size int, holdWrite bool) (writes, syncs int64) {
 	t.Helper()
 	fs := newGateFS(vfs.NewMem())
 	opts.FS, opts.Dir, opts.Logger = fs, memDir, discardLogger
@@ -20,13 +22,19 @@ func commitWhileSyncing(t *testing.T, opts Options, n, size int) int64 {
 
 	results := make(chan result, n+1)
 	done := func(end Position, err error) { results <- result{end, err} }
-	before := fs.syncs.Load()
-	fs.gated.Store(true)
-	j.Append(1, testBody(0, 0, size), done)
-	recv(t, fs.entered, "the first group's sync")
+	syncsBefore, writesBefore := fs.syncs.Load(), j.groups.Load()
+	if holdWrite {
+		fs.gatedWrites.Store(true)
+		j.Append(1, testBody(0, 0, size), done)
+		recv(t, fs.entered, "the first group's write")
+	} else {
+		fs.gated.Store(true)
+		j.Append(1, testBody(0, 0, size), done)
+		recv(t, fs.entered, "the first group's sync")
+	}
 
 	// Append returns once the record is queued: when Wait returns, all n
-	// records wait behind the held sync.
+	// records wait behind the held write or sync.
 	var wg sync.WaitGroup
 	const G = 4
 	for g := range G {
@@ -39,6 +47,17 @@ func commitWhileSyncing(t *testing.T, opts Options, n, size int) int64 {
 		}()
 	}
 	wg.Wait()
+	if !holdWrite {
+		waitUntil(t, "the records are written", func() bool {
+			j.sync.mu.Lock()
+			defer j.sync.mu.Unlock()
+			queued := 0
+			for _, w := range j.sync.pending {
+				queued += len(w.group)
+			}
+			return queued == n
+		})
+	}
 	close(fs.release)
 
 	var last Position
@@ -52,22 +71,31 @@ func commitWhileSyncing(t *testing.T, opts Options, n, size int) int64 {
 		}
 		last = r.End
 	}
-	return fs.syncs.Load() - before
+	return j.groups.Load() - writesBefore, fs.syncs.Load() - syncsBefore
 }
 
 func TestGroupCommit(t *testing.T) {
 	const n, size = 200, 100
 	t.Run("concurrent appends share a sync", func(t *testing.T) {
-		// One sync for the first record, one for all that queued meanwhile.
+		// One sync for the first record, one for all written meanwhile.
 		// (No zeros written ahead: their syncs would count.)
-		if syncs := commitWhileSyncing(t, Options{ZeroAhead: -1}, n, size); syncs != 2 {
+		if _, syncs := commitWhileHeld(t, Options{ZeroAhead: -1}, n, size, false); syncs != 2 {
 			t.Fatalf("%d records took %d syncs, want 2", n+1, syncs)
+		}
+	})
+	t.Run("concurrent appends share a write", func(t *testing.T) {
+		// One write for the first record, one for all queued meanwhile;
+		// one or two syncs, as the syncer takes the second write with the
+		// first or after.
+		writes, syncs := commitWhileHeld(t, Options{ZeroAhead: -1}, n, size, true)
+		if writes != 2 || syncs < 1 || syncs > 2 {
+			t.Fatalf("%d records took %d writes and %d syncs, want 2 writes and 1 or 2 syncs", n+1, writes, syncs)
 		}
 	})
 	t.Run("MaxGroupBytes closes groups", func(t *testing.T) {
 		opts := Options{MaxGroupBytes: 10 * int(recordSize(size)), ZeroAhead: -1}
-		if syncs := commitWhileSyncing(t, opts, n, size); syncs != 1+n/10 {
-			t.Fatalf("%d records took %d syncs, want %d", n+1, syncs, 1+n/10)
+		if writes, _ := commitWhileHeld(t, opts, n, size, true); writes != 1+n/10 {
+			t.Fatalf("%d records took %d writes, want %d", n+1, writes, 1+n/10)
 		}
 	})
 }
@@ -147,4 +175,57 @@ func TestNoFlushWhenQueueEmpty(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// The writer writes ahead of a sync in progress (syncer.go), but no record
+// is acknowledged before an fsync that began after its write; and the
+// writer stops maxWrittenAhead bytes ahead, so that the queue fills and
+// Append blocks while syncs fall behind.
+func TestWriteAheadOfSync(t *testing.T) {
+	fs := newGateFS(vfs.NewMem())
+	j, _ := openT(t, Options{FS: fs, Dir: memDir, Logger: discardLogger, QueueSize: 4, ZeroAhead: -1}, Position{})
+	results := make(chan result, 100)
+	done := func(end Position, err error) { results <- result{end, err} }
+
+	fs.gated.Store(true)
+	j.Append(1, testBody(0, 0, 100), done)
+	recv(t, fs.entered, "the first group's sync")
+	j.Append(1, testBody(0, 1, 100), done)
+	waitUntil(t, "the second record written during the first sync", func() bool { return j.records.Load() == 2 })
+	select {
+	case r := <-results:
+		t.Fatalf("a record was acknowledged (%v, %v) while the only sync was held", r.End, r.Err)
+	default:
+	}
+
+	// 1 MiB records: the writer stops once 4 MiB are written ahead of the
+	// held sync; the queue (4) fills; the next Append blocks.
+	const big = 1 << 20
+	n := 2 + maxWrittenAhead/big + 4 + 1
+	for i := 2; i < n; i++ {
+		go j.Append(1, testBody(0, i, big), done)
+	}
+	waitUntil(t, "an Append blocked on the full queue", func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return j.mu.blocked > 0
+	})
+	if ahead := j.records.Load() - 1; ahead*big > 2*maxWrittenAhead {
+		t.Fatalf("%d records written ahead of the held sync, want the writer stopped near %d bytes", ahead, maxWrittenAhead)
+	}
+	close(fs.release)
+	var last Position
+	for i := range n {
+		r := recv(t, results, "done callback")
+		if r.Err != nil {
+			t.Fatalf("record %d: %v", i, r.Err)
+		}
+		if !last.Less(r.End) {
+			t.Fatalf("done at %v after %v", r.End, last)
+		}
+		last = r.End
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

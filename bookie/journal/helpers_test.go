@@ -226,13 +226,14 @@ func fileSize(t testing.TB, fs vfs.FS, path string) int64 {
 }
 
 // gateFS counts file syncs and, while gated, holds each one until the test
-// lets it through.
+// lets it through; while gatedWrites, it holds file writes instead.
 type gateFS struct {
 	vfs.FS
-	syncs   atomic.Int64  // file syncs (not directory syncs)
-	gated   atomic.Bool   // hold syncs until release
-	entered chan struct{} // a held sync is waiting
-	release chan struct{} // closed: let held syncs through
+	syncs       atomic.Int64  // file syncs (not directory syncs)
+	gated       atomic.Bool   // hold syncs until release
+	gatedWrites atomic.Bool   // hold writes until release
+	entered     chan struct{} // a held sync is waiting
+	release     chan struct{} // closed: let held syncs through
 }
 
 func newGateFS(fs vfs.FS) *gateFS {
@@ -258,6 +259,14 @@ func (f *gateFile) hold() {
 		f.fs.entered <- struct{}{}
 		<-f.fs.release
 	}
+}
+
+func (f *gateFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.fs.gatedWrites.Load() {
+		f.fs.entered <- struct{}{}
+		<-f.fs.release
+	}
+	return f.File.WriteAt(p, off)
 }
 
 func (f *gateFile) Sync() error     { f.hold(); return f.File.Sync() }

@@ -1,6 +1,7 @@
 // Package journal is the bookie's write-ahead log. An add is acknowledged only
 // after its journal record is fsync'd; group commit gathers concurrent appends
-// into one write and one fsync.
+// into one write, and one fsync covers every group written while the one
+// before it ran (syncer.go).
 //
 // # Files (on-disk format)
 //
@@ -163,10 +164,11 @@ type Options struct {
 	// QueueSize is how many appends may wait for the writer before Append
 	// blocks; default 10,000.
 	QueueSize int
-	// OnSync, if set, is called on the writer goroutine after each group's
-	// successful write and fsync (the write alone with NoSync), with how
-	// long they took and the group's records and bytes: it must be quick
-	// (a metric's Observe).
+	// OnSync, if set, is called on the syncer goroutine after each
+	// successful fsync (with NoSync, after each hand-over of written
+	// groups), with the time from the start of the first write it covers
+	// to its end and the records and bytes it covers: it must be quick (a
+	// metric's Observe).
 	OnSync func(d time.Duration, records, bytes int)
 	// Logger gets recovery and failure reports; default slog.Default().
 	Logger *slog.Logger
@@ -269,6 +271,10 @@ type Journal struct {
 	wake    chan struct{} // cap 1: work (or Close) for an idle writer
 	stopped chan struct{} // closed when the writer goroutine exits
 
+	// sync hands written groups from the writer to the syncer goroutine
+	// (syncer.go), which makes them durable and calls their callbacks.
+	sync syncer
+
 	// direct: records are written with O_DIRECT (Options.BufferedIO unset,
 	// the default FS, and the file system allowed it so far). Owned by
 	// the writer goroutine, like w.
@@ -366,6 +372,8 @@ func Open(opts Options, from Position, replay func(end Position, typ byte, body 
 	j.notFull.L = &j.mu
 	j.wake = make(chan struct{}, 1)
 	j.stopped = make(chan struct{})
+	j.sync.cond.L = &j.sync.mu
+	j.sync.stopped = make(chan struct{})
 	j.w.timer = time.NewTimer(time.Hour)
 	j.w.timer.Stop()
 	j.trim = make(chan struct{}, 1)
@@ -432,16 +440,18 @@ func (j *Journal) recover(from Position, replay func(Position, byte, []byte) err
 // once the record is durable (fsync'd, unless NoSync), or with an error. For a
 // record refused at once (type 0, body over MaxRecordSize, journal closed)
 // done is called before Append returns; otherwise it is called on the
-// journal's writer goroutine, and calls are in append order: records are
-// written in queue order and one goroutine calls done for them after each
-// group's fsync. After a failure every queued and later record gets an error
-// wrapping ErrFailed (in order, too).
+// journal's syncer goroutine (syncer.go), and calls are in append order:
+// records are written in queue order and one goroutine calls done for
+// them after the fsync covering them. After a failure every queued and
+// later record gets an error wrapping ErrFailed (in order, too).
 //
-// done must be quick and must not block: it holds up the next group (a
+// done must be quick and must not block: it holds up the next fsync, and
+// the writer once it is maxWrittenAhead bytes ahead of the fsyncs (a
 // consumer that falls behind may block it on purpose, as backpressure, as
 // bookie/storage's applier queue does). It must not call Append or Close
-// synchronously: Append blocks when the queue is full until the writer, the
-// goroutine running done, frees a slot, and Close waits for the writer: both
+// synchronously: Append blocks when the queue is full until the writer
+// frees a slot, and the writer, when far enough ahead, when it moves to
+// the next file and on Close, waits for the goroutine running done: both
 // would deadlock. Hand such work to another goroutine. done may be nil.
 //
 // Append blocks while QueueSize appends are already waiting for the writer.
@@ -474,7 +484,7 @@ func (j *Journal) append(typ byte, body []byte, from int, tailCRC uint32, done f
 		return
 	}
 	// The checksum is computed here, concurrently with other appends and
-	// with the writer's sync of an earlier group: the writer only copies.
+	// with the syncer's fsync of earlier groups: the writer only copies.
 	var crc uint32
 	if from >= 0 {
 		crc = recordCRCKnown(typ, body, from, tailCRC)

@@ -234,9 +234,9 @@ func TestCloseFlushesQueue(t *testing.T) {
 	const n = 10
 	results := make(chan result, n)
 	done := func(end Position, err error) { results <- result{end, err} }
-	fs.gated.Store(true)
+	fs.gatedWrites.Store(true)
 	j.Append(1, []byte("first"), done)
-	recv(t, fs.entered, "the first group's sync")
+	recv(t, fs.entered, "the first group's write")
 	for range 4 { // fills the queue
 		j.Append(1, []byte("queued"), done)
 	}
@@ -264,7 +264,7 @@ func TestCloseFlushesQueue(t *testing.T) {
 	if err := recv(t, closed, "Close"); err != nil {
 		t.Fatal(err)
 	}
-	fs.gated.Store(false)
+	fs.gatedWrites.Store(false)
 	j, got := openT(t, opts, Position{})
 	j.Close()
 	if len(got) != n {

@@ -16,15 +16,21 @@ import (
 
 const writeCategory vfs.DiskWriteCategory = "journal"
 
-// run is the writer goroutine: it alone writes, syncs and rotates files and
-// calls done callbacks. While it syncs one group the next one gathers in the
-// queue, which is where batching comes from under load; the appenders have
-// computed its checksums meanwhile, so between two syncs the writer only
-// gathers, copies, writes and calls done.
+// run is the writer goroutine: it alone writes and rotates files; the
+// syncer goroutine (syncer.go) makes what it wrote durable and calls the
+// done callbacks. While the syncer syncs, the next group gathers in the
+// queue and is written, which is where batching comes from under load;
+// the appenders have computed its checksums meanwhile, so the writer only
+// gathers, copies and writes.
 func (j *Journal) run() {
 	defer close(j.stopped)
+	go j.syncLoop()
 	for j.gather() {
 		j.commit()
+	}
+	j.sync.stop()
+	if j.w.err == nil {
+		j.w.err = j.sync.failure()
 	}
 }
 
@@ -102,13 +108,19 @@ func (j *Journal) waitLocked(d time.Duration) {
 	j.mu.writerIdle = false
 }
 
-// commit writes the group with one Write, syncs it once, then calls its done
-// callbacks. Groups are committed in queue order and callbacks run here, on
-// the one writer goroutine, in group order: so done calls follow append order,
-// and each comes after the fsync covering its record. No lock is held.
+// commit writes the group with one Write and hands it to the syncer,
+// which syncs it and calls its done callbacks. Groups are written and
+// handed over in queue order, and the syncer calls callbacks in that
+// order, each after an fsync covering its record. No lock is held.
 func (j *Journal) commit() {
 	g := j.w.group
 	start := j.w.size
+	if j.w.err == nil {
+		if err := j.sync.failure(); err != nil {
+			j.w.err = err // logged by the syncer
+		}
+	}
+	w := written{group: g, file: j.w.file, fill: j.w.fill, num: j.w.num, path: j.w.path, start: start, err: j.w.err}
 	if j.w.err == nil {
 		// With direct I/O the buffer starts with the tail block's bytes
 		// written before (pre of them); the records follow.
@@ -125,41 +137,36 @@ func (j *Journal) commit() {
 		if j.w.direct == nil {
 			j.w.buf = buf
 		}
-		began := time.Now()
-		if err := j.writeAndSync(buf, start-int64(pre)); err != nil {
+		w.began = time.Now()
+		small, err := j.write(buf, start-int64(pre))
+		if err != nil {
 			j.fail(err, start)
+			w.err = j.w.err
 		} else {
-			if j.opts.OnSync != nil {
-				j.opts.OnSync(time.Since(began), len(g), len(buf)-pre)
-			}
+			w.bytes, w.small = len(buf)-pre, small
 			j.w.size += int64(len(buf) - pre)
 			j.groups.Add(1)
 			j.records.Add(int64(len(g)))
 		}
 	}
-	// j.w.err is read once per record: a failure fails the whole group.
-	pos := Position{File: j.w.num, Offset: start}
-	for i := range g {
-		if err := j.w.err; err != nil {
-			callDone(g[i].done, Position{}, err)
-		} else {
-			pos.Offset += recordSize(len(g[i].body))
-			callDone(g[i].done, pos, nil)
-		}
-		g[i] = request{}
-	}
-	j.w.group = g[:0]
+	j.w.group = j.sync.handOver(w)
 	j.w.bytes = 0
 	if j.w.err == nil && j.w.size > j.opts.MaxFileSize {
+		// Every record of the file is synced before it is finished.
+		if err := j.sync.drain(); err != nil {
+			j.w.err = err
+			return
+		}
 		j.rotate()
 	}
 }
 
-// writeAndSync writes buf at offset off of the current file (off is the
-// file's end, or with direct I/O the start of its tail block, whose bytes
-// so far begin buf) and makes it durable. A short write is a failure even
-// without an error: the file now ends mid-group.
-func (j *Journal) writeAndSync(buf []byte, off int64) error {
+// write writes buf at offset off of the current file (off is the file's
+// end, or with direct I/O the start of its tail block, whose bytes so far
+// begin buf), for the syncer to make durable. It reports whether it wrote
+// through the page cache (small). A short write is a failure even without
+// an error: the file now ends mid-group.
+func (j *Journal) write(buf []byte, off int64) (small bool, err error) {
 	if z := j.w.fill; z != nil {
 		to := off + int64(len(buf))
 		if j.w.direct != nil {
@@ -185,7 +192,7 @@ func (j *Journal) writeAndSync(buf []byte, off int64) error {
 				j.log.Warn("journal: close the direct descriptor", "file", j.w.path, "err", cerr)
 			}
 		case err != nil:
-			return err
+			return small, err
 		default:
 			written = true
 			if direct {
@@ -196,20 +203,10 @@ func (j *Journal) writeAndSync(buf []byte, off int64) error {
 	}
 	if !written {
 		if err := writeFull(j.w.file, buf, off); err != nil {
-			return err
+			return small, err
 		}
 	}
-	if j.opts.NoSync {
-		return nil
-	}
-	if err := j.w.file.SyncData(); err != nil {
-		return fmt.Errorf("fsync: %w", err)
-	}
-	j.syncs.Add(1)
-	if z := j.w.fill; z != nil && small {
-		z.ahead()
-	}
-	return nil
+	return small, nil
 }
 
 // writeFull writes b at offset off of f: at the end of a new file, or over

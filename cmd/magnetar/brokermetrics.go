@@ -57,10 +57,11 @@ func addLatency(reg prometheus.Registerer) (prometheus.Observer, error) {
 }
 
 // journalSyncLatency returns a journal.Options.OnSync that observes each
-// group commit's write and fsync into a histogram registered with reg.
+// journal fsync, from the first write it covers to its end, into a
+// histogram registered with reg.
 func journalSyncLatency(reg prometheus.Registerer) (func(time.Duration, int, int), error) {
 	h, err := newLatencyHistogram(reg, syncLatencyMetric,
-		"Latency of the in-process bookie's journal group commits: one write and one fsync of the group.")
+		"Latency of the in-process bookie's journal group commits: from the first write an fsync covers to the end of the fsync.")
 	if err != nil {
 		return nil, err
 	}

@@ -250,7 +250,7 @@ func (a *app) perfBookie(cfg perfBookieConfig) error {
 	}
 	block, observed := baselineBlock(groups, groupBytes, cfg)
 	if observed {
-		fmt.Fprintf(out, "journal: %d group writes averaging %s, %.1f entries each\n",
+		fmt.Fprintf(out, "journal: %d fsyncs, each covering %s and %.1f entries on average\n",
 			groups, kib(block), float64(res.Entries)*float64(cfg.Ledger.WriteQuorum)/float64(groups))
 	}
 
@@ -269,12 +269,12 @@ func (a *app) perfBookie(cfg perfBookieConfig) error {
 // diskBaseline measures the disk in dir for d and prints the results:
 // bandwidth of fdatasync'd sequential writes of block bytes (3/5 of d), then
 // the latency of 4 KiB write + fdatasync (2/5). observed says block is the
-// run's average journal group.
+// run's average bytes per journal fsync.
 func diskBaseline(ctx context.Context, out io.Writer, dir string, block int, observed bool, d time.Duration) (bw, lat *syncedWrites, err error) {
 	if bw, err = measureSyncedWrites(ctx, vfs.Default, dir, block, d*3/5); err != nil {
 		return nil, nil, fmt.Errorf("disk baseline: %w", err)
 	}
-	how := "the run's average journal group"
+	how := "the run's average bytes per journal fsync"
 	if !observed {
 		how = "min(perf-in-flight × perf-entry-size, journal-max-group-bytes): no journal group observed"
 	}
@@ -317,9 +317,9 @@ func (cfg perfBookieConfig) describe() string {
 		cfg.Bookies, l.EnsembleSize, l.WriteQuorum, l.AckQuorum, cfg.Load.EntrySize, mode, cfg.Load.Duration, sync)
 }
 
-// baselineBlock is the write size of the bandwidth baseline: the average
-// journal group of the run (observed), or else what one full window of adds
-// would make.
+// baselineBlock is the write size of the bandwidth baseline: the bytes
+// the run's journal fsyncs covered on average (observed), or else what one
+// full window of adds would make.
 func baselineBlock(groups, groupBytes int64, cfg perfBookieConfig) (block int, observed bool) {
 	if groups > 0 && groupBytes >= groups {
 		return int(groupBytes / groups), true

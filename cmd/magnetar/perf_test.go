@@ -396,7 +396,7 @@ func TestPerfBookie(t *testing.T) {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 		checkPerfOutput(t, r.stdout, dataDir)
-		for _, w := range []string{"journal fsync off", "closed loop", "journal: ", " group writes averaging ",
+		for _, w := range []string{"journal fsync off", "closed loop", "journal: ", " fsyncs, each covering ",
 			"disk: sequential ", "disk: 4 KiB write + fdatasync", "ratio: throughput ", "ratio: p99 "} {
 			if !strings.Contains(r.stdout, w) {
 				t.Errorf("output lacks %q:\n%s", w, r.stdout)

@@ -81,8 +81,8 @@ func syncedWriteLoop(ctx context.Context, write func([]byte) (int, error), sync 
 	return r, nil
 }
 
-// journalCounter counts the bookies' journal group commits (it is their
-// journal.Options.OnSync): bytes/writes is the average group size.
+// journalCounter counts the bookies' journal fsyncs (it is their
+// journal.Options.OnSync): bytes/writes is the average bytes one covers.
 type journalCounter struct {
 	writes, bytes atomic.Int64
 }
@@ -92,7 +92,7 @@ func (c *journalCounter) onSync(_ time.Duration, _, bytes int) {
 	c.bytes.Add(int64(bytes))
 }
 
-// groups returns the group writes and bytes counted so far.
+// groups returns the fsyncs and the bytes they covered so far.
 func (c *journalCounter) groups() (writes, bytes int64) {
 	return c.writes.Load(), c.bytes.Load()
 }
