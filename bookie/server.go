@@ -139,6 +139,10 @@ func (p localPeer) respond(_ wire.Header, st wire.Status, payload ...[]byte) {
 	p.s.inflight.Done()
 }
 
+func (p localPeer) respondAdded(h wire.Header, ledger, entryID int64) {
+	p.respond(h, wire.StatusOK, wire.LedgerEntry(ledger, entryID))
+}
+
 func (p localPeer) logger() *slog.Logger            { return p.s.log }
 func (p localPeer) readSlot() (chan struct{}, bool) { return p.s.localReads, false }
 
@@ -302,11 +306,28 @@ func (c *conn) respond(h wire.Header, st wire.Status, payload ...[]byte) {
 		for _, p := range payload {
 			b = append(b, p...)
 		}
-		f = outFrame{b}
+		f = outFrame{small: b}
 	} else {
 		head := wire.AppendFrameHead(make([]byte, 0, 4+wire.HeaderSize+2), h, n)
-		f = append(outFrame{binary.BigEndian.AppendUint16(head, uint16(st))}, payload...)
+		f = outFrame{parts: append([][]byte{binary.BigEndian.AppendUint16(head, uint16(st))}, payload...)}
 	}
+	c.queue1(f)
+}
+
+// respondAdded answers an add with its ledger and entry id: respond
+// without the payload's own allocations.
+func (c *conn) respondAdded(h wire.Header, ledger, entryID int64) {
+	const n = 2 + 16
+	b := make([]byte, 0, 4+wire.HeaderSize+n)
+	b = wire.AppendFrameHead(b, h, n)
+	b = binary.BigEndian.AppendUint16(b, uint16(wire.StatusOK))
+	b = binary.BigEndian.AppendUint64(b, uint64(ledger))
+	b = binary.BigEndian.AppendUint64(b, uint64(entryID))
+	c.queue1(outFrame{small: b})
+}
+
+// queue1 queues a response frame for the writer.
+func (c *conn) queue1(f outFrame) {
 	c.mu.Lock()
 	c.queue = append(c.queue, f)
 	c.mu.Unlock()
@@ -314,8 +335,12 @@ func (c *conn) respond(h wire.Header, st wire.Status, payload ...[]byte) {
 	c.pending.Done()
 }
 
-// outFrame is a response frame as parts written back to back.
-type outFrame [][]byte
+// outFrame is a response frame: one buffer (small), or parts written back
+// to back.
+type outFrame struct {
+	small []byte
+	parts [][]byte
+}
 
 // A response up to smallFrame bytes is copied into one buffer; parts of
 // directWrite bytes or more skip the writer's buffer.
@@ -352,6 +377,9 @@ type peer interface {
 	// respond answers the request; exactly once per request. The payload
 	// slices must not be modified afterwards.
 	respond(h wire.Header, st wire.Status, payload ...[]byte)
+	// respondAdded is respond(h, wire.StatusOK, wire.LedgerEntry(ledger,
+	// entryID)), an add's answer.
+	respondAdded(h wire.Header, ledger, entryID int64)
 	logger() *slog.Logger
 	// readSlot is the semaphore of p's reads in flight, and whether a
 	// read waits for a slot before dispatch returns (a connection's
@@ -416,7 +444,7 @@ func (s *Server) dispatch(p peer, h wire.Header, body []byte, kept bool) {
 				s.fail(p, h, err)
 				return
 			}
-			p.respond(h, wire.StatusOK, wire.LedgerEntry(eh.Ledger, eh.Entry))
+			p.respondAdded(h, eh.Ledger, eh.Entry)
 		})
 	case wire.OpRead:
 		vs, err := wire.ParseInt64s(body, 2)
@@ -552,7 +580,11 @@ func (s *Server) fence(ledger int64) error {
 // writeFrame writes f's parts through w, the large ones straight to nc
 // after flushing w: one copy fewer of every entry read.
 func writeFrame(w *bufio.Writer, nc net.Conn, f outFrame) error {
-	for _, p := range f {
+	if f.parts == nil {
+		_, err := w.Write(f.small)
+		return err
+	}
+	for _, p := range f.parts {
 		if len(p) < directWrite {
 			if _, err := w.Write(p); err != nil {
 				return err
@@ -598,7 +630,7 @@ func (c *conn) writeLoop() {
 					c.nc.Close()
 				}
 			}
-			batch[i] = nil
+			batch[i] = outFrame{}
 			<-c.slots
 		}
 		if !failed {

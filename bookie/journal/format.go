@@ -148,19 +148,24 @@ func appendRecord(dst []byte, typ byte, body []byte) []byte {
 // Append computes it on the appender's goroutine, so that the writer only
 // salts and copies.
 func recordCRC(typ byte, body []byte) uint32 {
-	var h [recordHeaderSize - 4]byte
-	binary.BigEndian.PutUint32(h[:], uint32(len(body)))
-	h[4] = typ
-	return crc32.Update(crc32.Update(0, castagnoli, h[:]), castagnoli, body)
+	return crc32.Update(headerCRC(typ, len(body)), castagnoli, body)
+}
+
+// headerCRC is the CRC-32C of a record's length and type fields, computed
+// a byte at a time: passed to crc32.Update, a 5-byte array on the stack
+// escapes to the heap, one allocation per record.
+func headerCRC(typ byte, n int) uint32 {
+	crc := ^uint32(0)
+	for _, b := range [...]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n), typ} {
+		crc = castagnoli[byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
 }
 
 // recordCRCKnown is recordCRC from the CRC-32C of body[from:], tailCRC,
 // without reading those bytes.
 func recordCRCKnown(typ byte, body []byte, from int, tailCRC uint32) uint32 {
-	var h [recordHeaderSize - 4]byte
-	binary.BigEndian.PutUint32(h[:], uint32(len(body)))
-	h[4] = typ
-	head := crc32.Update(crc32.Update(0, castagnoli, h[:]), castagnoli, body[:from])
+	head := crc32.Update(headerCRC(typ, len(body)), castagnoli, body[:from])
 	return crc32c.Combine(head, tailCRC, len(body)-from)
 }
 

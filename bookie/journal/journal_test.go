@@ -2,6 +2,7 @@ package journal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"hash/crc32"
 	"strings"
@@ -398,4 +399,27 @@ func knownWait(t testing.TB, j *Journal, typ byte, body []byte, from int, tailCR
 	ch := make(chan result, 1)
 	j.AppendKnown(typ, body, from, tailCRC, func(end Position, err error) { ch <- result{end, err} })
 	return recv(t, ch, "done callback")
+}
+
+// A record's checksum covers its length, type and body as the format
+// says (CRC-32C over the 4-byte big-endian length, the type, the body),
+// however the journal computes it, and takes no allocation.
+func TestRecordCRC(t *testing.T) {
+	for _, n := range []int{0, 1, 255, 256, 70_000, MaxRecordSize} {
+		body := bytes.Repeat([]byte{0xa5}, n)
+		want := crc32.Checksum(append(binary.BigEndian.AppendUint32(nil, uint32(n)), 7), castagnoli)
+		want = crc32.Update(want, castagnoli, body)
+		if got := recordCRC(7, body); got != want {
+			t.Fatalf("%d-byte body: recordCRC %08x, want %08x", n, got, want)
+		}
+		if n > 10 {
+			if got := recordCRCKnown(7, body, 10, crc32.Checksum(body[10:], castagnoli)); got != want {
+				t.Fatalf("%d-byte body: recordCRCKnown %08x, want %08x", n, got, want)
+			}
+		}
+	}
+	body := make([]byte, 1024)
+	if allocs := testing.AllocsPerRun(100, func() { recordCRC(1, body) }); allocs != 0 {
+		t.Fatalf("recordCRC: %v allocations, want 0", allocs)
+	}
 }
