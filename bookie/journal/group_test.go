@@ -60,17 +60,7 @@ func commitWhileHeld(t *testing.T, opts Options, n, size int, holdWrite bool) (w
 	}
 	close(fs.release)
 
-	var last Position
-	for i := range n + 1 {
-		r := recv(t, results, "done callback")
-		if r.Err != nil {
-			t.Fatalf("record %d: %v", i, r.Err)
-		}
-		if !last.Less(r.End) {
-			t.Fatalf("done at %v after %v", r.End, last)
-		}
-		last = r.End
-	}
+	recvInOrder(t, results, n+1)
 	return j.groups.Load() - writesBefore, fs.syncs.Load() - syncsBefore
 }
 
@@ -214,6 +204,16 @@ func TestWriteAheadOfSync(t *testing.T) {
 		t.Fatalf("%d records written ahead of the held sync, want the writer stopped near %d bytes", ahead, maxWrittenAhead)
 	}
 	close(fs.release)
+	recvInOrder(t, results, n)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recvInOrder receives n done results and checks that each succeeded,
+// ending after the one before.
+func recvInOrder(t testing.TB, results <-chan result, n int) {
+	t.Helper()
 	var last Position
 	for i := range n {
 		r := recv(t, results, "done callback")
@@ -224,8 +224,5 @@ func TestWriteAheadOfSync(t *testing.T) {
 			t.Fatalf("done at %v after %v", r.End, last)
 		}
 		last = r.End
-	}
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
