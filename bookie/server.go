@@ -311,7 +311,7 @@ func (c *conn) respond(h wire.Header, st wire.Status, payload ...[]byte) {
 		head := wire.AppendFrameHead(make([]byte, 0, 4+wire.HeaderSize+2), h, n)
 		f = outFrame{parts: append([][]byte{binary.BigEndian.AppendUint16(head, uint16(st))}, payload...)}
 	}
-	c.queue1(f)
+	c.enqueue(f)
 }
 
 // respondAdded answers an add with its ledger and entry id: respond
@@ -323,11 +323,11 @@ func (c *conn) respondAdded(h wire.Header, ledger, entryID int64) {
 	b = binary.BigEndian.AppendUint16(b, uint16(wire.StatusOK))
 	b = binary.BigEndian.AppendUint64(b, uint64(ledger))
 	b = binary.BigEndian.AppendUint64(b, uint64(entryID))
-	c.queue1(outFrame{small: b})
+	c.enqueue(outFrame{small: b})
 }
 
-// queue1 queues a response frame for the writer.
-func (c *conn) queue1(f outFrame) {
+// enqueue queues a response frame for the writer.
+func (c *conn) enqueue(f outFrame) {
 	c.mu.Lock()
 	c.queue = append(c.queue, f)
 	c.mu.Unlock()

@@ -237,7 +237,7 @@ func (a *app) perfBookie(cfg perfBookieConfig) error {
 		loadErr = w.Close(closeCtx)
 		cancelClose()
 	}
-	groups, groupBytes := cl.journal.groups()
+	fsyncs, fsyncBytes := cl.journal.counts()
 	if err := errors.Join(loadErr, cl.close()); err != nil {
 		return err
 	}
@@ -248,10 +248,10 @@ func (a *app) perfBookie(cfg perfBookieConfig) error {
 			return err
 		}
 	}
-	block, observed := baselineBlock(groups, groupBytes, cfg)
+	block, observed := baselineBlock(fsyncs, fsyncBytes, cfg)
 	if observed {
 		fmt.Fprintf(out, "journal: %d fsyncs, each covering %s and %.1f entries on average\n",
-			groups, kib(block), float64(res.Entries)*float64(cfg.Ledger.WriteQuorum)/float64(groups))
+			fsyncs, kib(block), float64(res.Entries)*float64(cfg.Ledger.WriteQuorum)/float64(fsyncs))
 	}
 
 	if cfg.DiskDuration == 0 || ctx.Err() != nil {
@@ -276,7 +276,7 @@ func diskBaseline(ctx context.Context, out io.Writer, dir string, block int, obs
 	}
 	how := "the run's average bytes per journal fsync"
 	if !observed {
-		how = "min(perf-in-flight × perf-entry-size, journal-max-group-bytes): no journal group observed"
+		how = "min(perf-in-flight × perf-entry-size, journal-max-group-bytes): no journal fsync observed"
 	}
 	fmt.Fprintf(out, "disk: sequential %s writes (%s) + fdatasync for %.1fs: %.2f MB/s, %.0f syncs/s, p99 %.3f ms\n",
 		kib(block), how, bw.Elapsed.Seconds(), bw.MBps(), perSecond(bw.Writes, bw.Elapsed), ms(bw.Latency.Quantile(0.99)))
@@ -320,9 +320,9 @@ func (cfg perfBookieConfig) describe() string {
 // baselineBlock is the write size of the bandwidth baseline: the bytes
 // the run's journal fsyncs covered on average (observed), or else what one
 // full window of adds would make.
-func baselineBlock(groups, groupBytes int64, cfg perfBookieConfig) (block int, observed bool) {
-	if groups > 0 && groupBytes >= groups {
-		return int(groupBytes / groups), true
+func baselineBlock(fsyncs, fsyncBytes int64, cfg perfBookieConfig) (block int, observed bool) {
+	if fsyncs > 0 && fsyncBytes >= fsyncs {
+		return int(fsyncBytes / fsyncs), true
 	}
 	maxGroup := cfg.Storage.Journal.MaxGroupBytes
 	if maxGroup <= 0 {

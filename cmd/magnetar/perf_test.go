@@ -347,8 +347,8 @@ func TestJournalCounter(t *testing.T) {
 	for _, n := range []int{8, 100, 1000} {
 		c.onSync(time.Millisecond, 1, n)
 	}
-	if writes, bytes := c.groups(); writes != 3 || bytes != 1108 {
-		t.Errorf("counted %d writes, %d bytes; want 3, 1108", writes, bytes)
+	if fsyncs, bytes := c.counts(); fsyncs != 3 || bytes != 1108 {
+		t.Errorf("counted %d fsyncs, %d bytes; want 3, 1108", fsyncs, bytes)
 	}
 }
 

@@ -82,19 +82,19 @@ func syncedWriteLoop(ctx context.Context, write func([]byte) (int, error), sync 
 }
 
 // journalCounter counts the bookies' journal fsyncs (it is their
-// journal.Options.OnSync): bytes/writes is the average bytes one covers.
+// journal.Options.OnSync): bytes/fsyncs is the average bytes one covers.
 type journalCounter struct {
-	writes, bytes atomic.Int64
+	fsyncs, bytes atomic.Int64
 }
 
 func (c *journalCounter) onSync(_ time.Duration, _, bytes int) {
-	c.writes.Add(1)
+	c.fsyncs.Add(1)
 	c.bytes.Add(int64(bytes))
 }
 
-// groups returns the fsyncs and the bytes they covered so far.
-func (c *journalCounter) groups() (writes, bytes int64) {
-	return c.writes.Load(), c.bytes.Load()
+// counts returns the fsyncs and the bytes they covered so far.
+func (c *journalCounter) counts() (fsyncs, bytes int64) {
+	return c.fsyncs.Load(), c.bytes.Load()
 }
 
 // durableAppends is the result of measureDurableAppends.

@@ -12,16 +12,8 @@
 // XOR of the standard CRC cancel out in that sum.
 package crc32c
 
-import "hash/crc32"
-
-// Table is the CRC-32C table of hash/crc32.
-var Table = crc32.MakeTable(crc32.Castagnoli)
-
 // poly is the Castagnoli polynomial, reflected, without its x^32 term.
 const poly = 0x82f63b78
-
-// Checksum is crc32.Checksum(b, Table).
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, Table) }
 
 // Combine returns the CRC-32C of a‖b, given crcA, the CRC-32C of a,
 // crcB, that of b, and lenB = len(b). Since XOR is its own inverse it
