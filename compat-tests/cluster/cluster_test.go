@@ -768,7 +768,7 @@ func TestClusterBookieLossAndAutoRecovery(t *testing.T) {
 	zkAddr, chroot := testZK(t)
 	store := "zk:" + zkAddr + chroot
 	bookie := func() *proc {
-		p := start(t, "bookie", "--data-dir", t.TempDir(), "--bookie-listen", freePort(t), "--metadata-store", store,
+		p := start(t, "bookie", "--data-dir", t.TempDir(), "--bookie-listen", bookieListen, "--metadata-store", store,
 			"--zk-session-timeout", "3s", "--autorecovery-grace-period", "1s", "--autorecovery-audit-interval", "2s",
 			"--log-format", "json")
 		p.waitLine(`"msg":"magnetar bookie ready"`, 60*time.Second)

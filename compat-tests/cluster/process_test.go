@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -154,15 +153,11 @@ func cli(t testing.TB, args ...string) (int, string) {
 	return 0, string(out)
 }
 
-func freePort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// bookieListen is the --bookie-listen of a test bookie: port 0, so that
+// the bookie binds a free port itself and takes it as its identity. A port
+// picked here and bound later by the process could be taken in between
+// (an outgoing connection's ephemeral port), and was once.
+const bookieListen = "127.0.0.1:0"
 
 // testZK returns the test ZooKeeper's address and a fresh chroot.
 func testZK(t testing.TB) (addr, chroot string) {
@@ -221,7 +216,7 @@ func startTestCluster(t testing.TB, n int, extra ...string) *testCluster {
 	c := &testCluster{t: t, store: "zk:" + zkAddr + chroot}
 	for i := range 3 {
 		p := start(t, "bookie", "--data-dir", filepath.Join(t.TempDir(), fmt.Sprint("b", i)),
-			"--bookie-listen", freePort(t), "--metadata-store", c.store, "--zk-session-timeout", "4s", "--log-format", "json")
+			"--bookie-listen", bookieListen, "--metadata-store", c.store, "--zk-session-timeout", "4s", "--log-format", "json")
 		p.waitLine(`"msg":"magnetar bookie ready"`, 60*time.Second)
 	}
 	for range n {
