@@ -143,6 +143,10 @@ func (p localPeer) respondAdded(h wire.Header, ledger, entryID int64) {
 	p.respond(h, wire.StatusOK, wire.LedgerEntry(ledger, entryID))
 }
 
+func (p localPeer) respondEntries(h wire.Header, _ [][]byte, payload ...[]byte) {
+	p.respond(h, wire.StatusOK, payload...)
+}
+
 func (p localPeer) logger() *slog.Logger            { return p.s.log }
 func (p localPeer) readSlot() (chan struct{}, bool) { return p.s.localReads, false }
 
@@ -294,6 +298,19 @@ func (c *conn) readLoop() {
 // response is copied into one buffer; a larger one keeps its parts, and
 // the writer sends large parts (entries) without copying them.
 func (c *conn) respond(h wire.Header, st wire.Status, payload ...[]byte) {
+	c.enqueue(c.frame(h, st, payload))
+}
+
+// respondEntries responds with payload and recycles entries once the
+// frame is written.
+func (c *conn) respondEntries(h wire.Header, entries [][]byte, payload ...[]byte) {
+	f := c.frame(h, wire.StatusOK, payload)
+	f.recycle = entries
+	c.enqueue(f)
+}
+
+// frame makes the response frame of h with st and payload.
+func (c *conn) frame(h wire.Header, st wire.Status, payload [][]byte) outFrame {
 	n := 2 // the status
 	for _, p := range payload {
 		n += len(p)
@@ -311,7 +328,7 @@ func (c *conn) respond(h wire.Header, st wire.Status, payload ...[]byte) {
 		head := wire.AppendFrameHead(make([]byte, 0, 4+wire.HeaderSize+2), h, n)
 		f = outFrame{parts: append([][]byte{binary.BigEndian.AppendUint16(head, uint16(st))}, payload...)}
 	}
-	c.enqueue(f)
+	return f
 }
 
 // respondAdded answers an add with its ledger and entry id: respond
@@ -336,10 +353,12 @@ func (c *conn) enqueue(f outFrame) {
 }
 
 // outFrame is a response frame: one buffer (small), or parts written back
-// to back.
+// to back; recycle are read buffers to give back once it is written
+// (writeFrame copies or writes every part before it returns).
 type outFrame struct {
-	small []byte
-	parts [][]byte
+	small   []byte
+	parts   [][]byte
+	recycle [][]byte
 }
 
 // A response up to smallFrame bytes is copied into one buffer; parts of
@@ -380,6 +399,11 @@ type peer interface {
 	// respondAdded is respond(h, wire.StatusOK, wire.LedgerEntry(ledger,
 	// entryID)), an add's answer.
 	respondAdded(h wire.Header, ledger, entryID int64)
+	// respondEntries is respond(h, wire.StatusOK, payload...), a read's
+	// answer, where entries (within payload) are buffers from storage that
+	// p holds alone from then on: a connection recycles them once written
+	// (entry.Recycle), a local caller keeps them.
+	respondEntries(h wire.Header, entries [][]byte, payload ...[]byte)
 	logger() *slog.Logger
 	// readSlot is the semaphore of p's reads in flight, and whether a
 	// read waits for a slot before dispatch returns (a connection's
@@ -465,7 +489,7 @@ func (s *Server) dispatch(p peer, h wire.Header, body []byte, kept bool) {
 				s.fail(p, h, err)
 				return
 			}
-			p.respond(h, wire.StatusOK, e)
+			p.respondEntries(h, [][]byte{e}, e)
 		})
 	case wire.OpReadRange:
 		ledger, first, last, maxBytes, err := wire.ParseReadRange(body)
@@ -479,7 +503,7 @@ func (s *Server) dispatch(p peer, h wire.Header, body []byte, kept bool) {
 				s.fail(p, h, err)
 				return
 			}
-			p.respond(h, wire.StatusOK, entriesPayload(entries)...)
+			p.respondEntries(h, entries, entriesPayload(entries)...)
 		})
 	case wire.OpReadLAC:
 		vs, err := wire.ParseInt64s(body, 1)
@@ -629,6 +653,9 @@ func (c *conn) writeLoop() {
 					failed = true
 					c.nc.Close()
 				}
+			}
+			for _, b := range frame.recycle {
+				entry.Recycle(b)
 			}
 			batch[i] = outFrame{}
 			<-c.slots

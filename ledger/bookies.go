@@ -66,8 +66,11 @@ type LedgerReader interface {
 	// ReadLAC refreshes LastAddConfirmed from the metadata and bookies.
 	ReadLAC(ctx context.Context) (int64, error)
 	// Read returns the payloads of entries first..last, which must not
-	// pass LastAddConfirmed. The slices are the caller's.
-	Read(ctx context.Context, first, last int64) ([][]byte, error)
+	// pass LastAddConfirmed, and for each the buffer it lies in if the
+	// caller holds that alone (else nil), which Entry.Release gives back
+	// (bookie/entry's Recycle). The slices are the
+	// caller's.
+	Read(ctx context.Context, first, last int64) (payloads, bufs [][]byte, err error)
 }
 
 // ClientBookies adapts a bookie client to Bookies.
@@ -106,14 +109,14 @@ func (r clientReader) Length() int64 {
 	return md.Length
 }
 
-func (r clientReader) Read(ctx context.Context, first, last int64) ([][]byte, error) {
+func (r clientReader) Read(ctx context.Context, first, last int64) ([][]byte, [][]byte, error) {
 	es, err := r.Reader.Read(ctx, first, last)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([][]byte, len(es))
+	payloads, bufs := make([][]byte, len(es)), make([][]byte, len(es))
 	for i, e := range es {
-		out[i] = e.Payload
+		payloads[i], bufs[i] = e.Payload, e.Buf
 	}
-	return out, nil
+	return payloads, bufs, nil
 }

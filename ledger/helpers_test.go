@@ -31,6 +31,9 @@ type testCluster struct {
 	t       testing.TB
 	store   *local.Store
 	bookies []*bookietest.Bookie
+	// local: clients made from now on call the bookies in-process, as the
+	// standalone's does (client.Config.Local).
+	local bool
 }
 
 func newTestCluster(t testing.TB, n int) *testCluster {
@@ -73,8 +76,20 @@ func (tc *testCluster) client() (*client.Client, *local.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(client.Config{Meta: s, Logger: testLogger(), DialTimeout: time.Second,
-		AddTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second})
+	cfg := client.Config{Meta: s, Logger: testLogger(), DialTimeout: time.Second,
+		AddTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second}
+	if tc.local {
+		bookies := tc.bookies
+		cfg.Local = func(addr string) client.Local {
+			for _, b := range bookies {
+				if b.Addr == addr {
+					return b.Server()
+				}
+			}
+			return nil
+		}
+	}
+	c, err := client.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,11 +166,11 @@ type countingReader struct {
 	b *countingBookies
 }
 
-func (r *countingReader) Read(ctx context.Context, first, last int64) ([][]byte, error) {
-	bs, err := r.LedgerReader.Read(ctx, first, last)
+func (r *countingReader) Read(ctx context.Context, first, last int64) ([][]byte, [][]byte, error) {
+	bs, bufs, err := r.LedgerReader.Read(ctx, first, last)
 	r.b.reads.Add(1)
 	r.b.entries.Add(int64(len(bs)))
-	return bs, err
+	return bs, bufs, err
 }
 
 // fakeClock is a clock tests move by hand; it starts at a fixed time.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	bookieentry "github.com/magnetar-io/magnetar/bookie/entry"
 )
 
 // The message index. Offsets and publish times only grow along a managed
@@ -141,11 +143,12 @@ func (ml *ManagedLedger) search(ctx context.Context, l *ledger, pred func(Header
 
 // header returns the header of one entry, read as Read reads.
 func (ml *ManagedLedger) header(ctx context.Context, ledgerID, entry int64) (Header, error) {
-	bs, err := ml.fetch(ctx, ledgerID, entry, entry)
+	bs, bufs, err := ml.fetch(ctx, ledgerID, entry, entry)
 	if err != nil {
 		return Header{}, err
 	}
 	h, _, err := ParseHeader(bs[0])
+	bookieentry.Recycle(bufs[0])
 	if err != nil {
 		return Header{}, fmt.Errorf("%w: managed ledger %s: ledger %d entry %d: %v", ErrCorrupt, ml.name, ledgerID, entry, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	bookieentry "github.com/magnetar-io/magnetar/bookie/entry"
 	"github.com/magnetar-io/magnetar/meta"
 )
 
@@ -169,11 +170,12 @@ func (ml *ManagedLedger) recoverLedger(ctx context.Context, l *ledger, prevOpen 
 		return false, nil
 	}
 	head := func(e int64) (Header, error) {
-		bs, err := r.Read(ctx, e, e)
+		bs, bufs, err := r.Read(ctx, e, e)
 		if err != nil {
 			return Header{}, fmt.Errorf("recovering ledger %d: reading entry %d: %w", l.id, e, err)
 		}
 		h, _, err := ParseHeader(bs[0])
+		bookieentry.Recycle(bufs[0])
 		if err != nil {
 			return Header{}, fmt.Errorf("%w: %s: ledger %d entry %d: %v", ErrCorrupt, ml.path, l.id, e, err)
 		}

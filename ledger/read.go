@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+
+	bookieentry "github.com/magnetar-io/magnetar/bookie/entry"
 )
 
 // Entry is an entry read back: its position, the header the managed
@@ -13,6 +15,18 @@ type Entry struct {
 	Position Position
 	Header   Header
 	Payload  []byte
+	buf      []byte // read from a bookie for this Entry alone (Release)
+}
+
+// Release gives back the read buffer of an entry that Read read from a
+// bookie for the caller alone, for later reads to reuse (sparing them
+// the zeroing of a fresh buffer); it does nothing for entries from the
+// cache. The caller must hold e alone, with no copy of it or slice of
+// its payload in use anywhere, and must not use its Payload afterwards.
+// Not calling Release is always safe: the buffer is then collected.
+func (e *Entry) Release() {
+	bookieentry.Recycle(e.buf)
+	e.buf, e.Payload = nil, nil
 }
 
 // Read returns up to maxEntries confirmed entries from position from
@@ -56,7 +70,7 @@ func (ml *ManagedLedger) Read(ctx context.Context, from Position, maxEntries int
 
 	var out []Entry
 	for _, s := range spans {
-		bs, err := ml.fetch(ctx, s.ledger, s.first, s.last)
+		bs, bufs, err := ml.fetch(ctx, s.ledger, s.first, s.last)
 		if err != nil {
 			return out, err
 		}
@@ -66,7 +80,7 @@ func (ml *ManagedLedger) Read(ctx context.Context, from Position, maxEntries int
 			if err != nil {
 				return out, fmt.Errorf("%w: managed ledger %s: ledger %d entry %d: %v", ErrCorrupt, ml.name, s.ledger, e, err)
 			}
-			out = append(out, Entry{Position{s.ledger, e}, h, payload})
+			out = append(out, Entry{Position{s.ledger, e}, h, payload, bufs[i]})
 		}
 	}
 	return out, nil
@@ -88,9 +102,11 @@ func (ml *ManagedLedger) ReadOffset(ctx context.Context, offset int64, maxEntrie
 
 // fetch returns the stored bytes (header and payload) of confirmed
 // entries first..last of a ledger: from the cache, the pinned tail, then
-// the bookies.
-func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64) ([][]byte, error) {
+// the bookies; and for each entry read from a bookie the read buffer it
+// lies in, which the caller holds alone (nil for the others).
+func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64) ([][]byte, [][]byte, error) {
 	out := make([][]byte, last-first+1)
+	bufs := make([][]byte, len(out))
 	missing := 0
 	for i := range out {
 		if b, ok := ml.cfg.Cache.Get(EntryKey{ML: ml.cacheID, Ledger: ledgerID, Entry: first + int64(i)}); ok {
@@ -100,7 +116,7 @@ func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64)
 		}
 	}
 	if missing == 0 {
-		return out, nil
+		return out, bufs, nil
 	}
 	ml.mu.Lock()
 	var pin []pinned
@@ -127,33 +143,34 @@ func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64)
 		for j+1 < len(out) && out[j+1] == nil {
 			j++
 		}
-		bs, err := ml.readBookies(ctx, ledgerID, first+int64(i), first+int64(j))
+		bs, bb, err := ml.readBookies(ctx, ledgerID, first+int64(i), first+int64(j))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		copy(out[i:], bs)
+		copy(bufs[i:], bb)
 		i = j + 1
 	}
-	return out, nil
+	return out, bufs, nil
 }
 
-// readBookies reads entries first..last from the bookies.
-func (ml *ManagedLedger) readBookies(ctx context.Context, ledgerID, first, last int64) ([][]byte, error) {
+// readBookies reads entries first..last from the bookies (LedgerReader.Read).
+func (ml *ManagedLedger) readBookies(ctx context.Context, ledgerID, first, last int64) ([][]byte, [][]byte, error) {
 	r, err := ml.reader(ctx, ledgerID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if last > r.LastAddConfirmed() {
 		// A ledger closed or written since the reader last looked.
 		if _, err := r.ReadLAC(ctx); err != nil && last > r.LastAddConfirmed() {
-			return nil, fmt.Errorf("ledger: managed ledger %s: ledger %d: %w", ml.name, ledgerID, err)
+			return nil, nil, fmt.Errorf("ledger: managed ledger %s: ledger %d: %w", ml.name, ledgerID, err)
 		}
 	}
-	bs, err := r.Read(ctx, first, last)
+	bs, bufs, err := r.Read(ctx, first, last)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: managed ledger %s: reading ledger %d entries %d..%d: %w", ml.name, ledgerID, first, last, err)
+		return nil, nil, fmt.Errorf("ledger: managed ledger %s: reading ledger %d entries %d..%d: %w", ml.name, ledgerID, first, last, err)
 	}
-	return bs, nil
+	return bs, bufs, nil
 }
 
 // reader returns the (shared) reader of a ledger, opening it without

@@ -22,6 +22,10 @@ const maxWaitLACPoll = 30 * time.Second
 type Entry struct {
 	ID      int64
 	Payload []byte // the caller's
+	// Buf is the whole entry as read, Payload's buffer, which the
+	// caller holds alone: once done with Payload it may give Buf back
+	// with entry.Recycle, sparing a later read a fresh buffer.
+	Buf []byte
 }
 
 // OpenOptions configure OpenLedger.
@@ -284,7 +288,7 @@ func (r *Reader) Read(ctx context.Context, first, last int64) ([]Entry, error) {
 	}
 	out := make([]Entry, len(raw))
 	for i, b := range raw {
-		out[i] = Entry{ID: first + int64(i), Payload: entry.Payload(b)}
+		out[i] = Entry{ID: first + int64(i), Payload: entry.Payload(b), Buf: b}
 	}
 	return out, nil
 }

@@ -403,42 +403,46 @@ func (l *entryLogs) failure() error {
 	return l.err
 }
 
-// read returns the entry at loc (a fresh slice). It checks the length
-// prefix against the index; the caller verifies the entry itself. A
+// read returns the entry at loc in a buffer of its own, from
+// entry.NewReadBuf (the caller may Recycle it). An entry still in the
+// write buffer is checked against its record's length prefix; one read
+// from the file is read without it (the caller verifies the entry's
+// checksum and header, which catch an index pointing anywhere else). A
 // missing log is errLogGone; bytes missing or disagreeing with the index
 // are a *CorruptionError.
 func (l *entryLogs) read(loc location) ([]byte, error) {
-	rec := make([]byte, recordPrefixSize+int(loc.size))
+	e := entry.NewReadBuf(int(loc.size))
 	start := loc.offset - recordPrefixSize
 
 	l.mu.Lock()
 	if w := l.cur; w != nil && w.id == loc.log && start >= w.written {
 		from := start - w.written
-		if from+int64(len(rec)) > int64(len(w.buf)) {
+		if from+recordPrefixSize+int64(len(e)) > int64(len(w.buf)) {
 			l.mu.Unlock()
-			return nil, corruptf(w.path, start, "record of %d bytes past the end of the log (%d bytes)", len(rec), w.size())
+			return nil, corruptf(w.path, start, "record of %d bytes past the end of the log (%d bytes)", recordPrefixSize+len(e), w.size())
 		}
-		copy(rec, w.buf[from:])
+		if got := binary.BigEndian.Uint32(w.buf[from:]); got != loc.size {
+			l.mu.Unlock()
+			return nil, corruptf(w.path, start, "record length %d, index says %d", got, loc.size)
+		}
+		copy(e, w.buf[from+recordPrefixSize:])
 		l.mu.Unlock()
-	} else {
-		l.mu.Unlock()
-		r, err := l.acquire(loc.log)
-		if err != nil {
-			return nil, err
-		}
-		n, err := r.f.ReadAt(rec, start)
-		l.release(loc.log, r)
-		if n < len(rec) {
-			if err == nil || err == io.EOF {
-				return nil, corruptf(l.path(loc.log), start, "short log: read %d of %d bytes", n, len(rec))
-			}
-			return nil, fmt.Errorf("storage: read entry log %s at %d: %w", l.path(loc.log), start, err)
-		}
+		return e, nil
 	}
-	if got := binary.BigEndian.Uint32(rec); got != loc.size {
-		return nil, corruptf(l.path(loc.log), start, "record length %d, index says %d", got, loc.size)
+	l.mu.Unlock()
+	r, err := l.acquire(loc.log)
+	if err != nil {
+		return nil, err
 	}
-	return rec[recordPrefixSize:], nil
+	n, err := r.f.ReadAt(e, loc.offset)
+	l.release(loc.log, r)
+	if n < len(e) {
+		if err == nil || err == io.EOF {
+			return nil, corruptf(l.path(loc.log), start, "short log: read %d of %d bytes", recordPrefixSize+n, recordPrefixSize+len(e))
+		}
+		return nil, fmt.Errorf("storage: read entry log %s at %d: %w", l.path(loc.log), start, err)
+	}
+	return e, nil
 }
 
 func (l *entryLogs) acquire(id uint64) (*logReader, error) {

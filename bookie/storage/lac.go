@@ -93,6 +93,7 @@ func (s *Storage) loadLACLocked(ledger int64, st *ledgerState) error {
 			return err
 		}
 		h, _ := entry.Parse(e) // verified by readLoc
+		entry.Recycle(e)
 		lac, last = h.LAC, id
 		break
 	}

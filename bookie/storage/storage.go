@@ -327,7 +327,8 @@ func (s *Storage) appendDelete(ledger int64, done func(error)) (journaled bool, 
 	return true, nil
 }
 
-// ReadEntry returns a copy of the stored entry. It checks the record
+// ReadEntry returns a copy of the stored entry, in a buffer the caller
+// holds alone (from entry.NewReadBuf: it may Recycle it). It checks the record
 // against the index and the entry's checksum and header against what was
 // asked: a mismatch is a *CorruptionError naming the log and offset.
 // ErrNoLedger if the bookie holds nothing of the ledger (or deleted it),

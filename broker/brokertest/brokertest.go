@@ -28,6 +28,9 @@ type Options struct {
 	Broker func(*broker.Config)
 	// Bootstrap creates the cluster, public and public/default first.
 	Bootstrap bool
+	// Local has the bookie client call the bookie in-process, as the
+	// standalone's does, instead of over loopback.
+	Local bool
 }
 
 // Stack is a running broker and what it stands on.
@@ -59,7 +62,16 @@ func Start(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(bk.Stop)
-	c, err := client.New(client.Config{Meta: store, Logger: log, DialTimeout: time.Second})
+	cc := client.Config{Meta: store, Logger: log, DialTimeout: time.Second}
+	if o.Local {
+		cc.Local = func(addr string) client.Local {
+			if addr == bk.Addr {
+				return bk.Server()
+			}
+			return nil
+		}
+	}
+	c, err := client.New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}

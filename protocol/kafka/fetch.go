@@ -253,6 +253,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 		if len(es) == 0 {
 			break
 		}
+		r.read = append(r.read, es...)
 		// One growth of the own buffer for the round instead of
 		// doublings by append; when it must grow, with room for the next
 		// round too (twice as many entries) within the budget, so that a
@@ -316,6 +317,9 @@ func readAt(ctx context.Context, t *broker.Topic, offset int64, n int) ([]ledger
 		es, err := ml.Read(ctx, pos, n)
 		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
 			return es, nil
+		}
+		for i := range es {
+			es[i].Release()
 		}
 	}
 	return ml.ReadOffset(ctx, offset, n)

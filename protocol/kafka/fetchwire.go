@@ -5,6 +5,8 @@ import (
 	"net"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/magnetar-io/magnetar/ledger"
 )
 
 // Fetch responses are written with writev, not encoded whole: the
@@ -31,10 +33,14 @@ const borrowMin = 16 << 10
 // records is one partition's record batches in a fetch response, in
 // pieces. Entries it borrows are never written to by anyone (entries are
 // immutable once read), so they stay valid until the response is written.
+// The entries the fetch read are kept in read, served or not, and
+// released (their read buffers recycled) with the record buffer once the
+// response is written: the fetch holds them alone.
 type records struct {
 	own    []byte  // from the record buffer pool
 	pieces []piece // in order
 	size   int     // bytes in all pieces
+	read   []ledger.Entry
 }
 
 // piece is b if set, else own[start:end].
@@ -54,7 +60,7 @@ func (r *records) mark() recordsMark {
 	return m
 }
 
-// reset drops what was added since m.
+// reset drops what was added since m (keeping the entries read).
 func (r *records) reset(m recordsMark) {
 	r.own, r.pieces, r.size = r.own[:m.own], r.pieces[:m.pieces], m.size
 	if n := len(r.pieces); n > 0 && r.pieces[n-1].b == nil {
@@ -67,9 +73,13 @@ func (r *records) clear() {
 	r.reset(recordsMark{})
 }
 
-// release returns r's own buffer to the pool; r is empty afterwards.
+// release returns r's own buffer to the pool and releases the entries
+// read; r is empty afterwards.
 func (r *records) release() {
 	putRecordBuf(r.own)
+	for i := range r.read {
+		r.read[i].Release()
+	}
 	*r = records{}
 }
 

@@ -84,6 +84,10 @@ func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
 		es, err := readAt(ctx, t, offset, n)
 		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
 			a.entries = es
+		} else {
+			for i := range es {
+				es[i].Release()
+			}
 		}
 		close(a.ready)
 	}()

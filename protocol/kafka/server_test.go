@@ -34,7 +34,13 @@ type testServer struct {
 
 func startServer(t testing.TB, tweak func(*Config)) *testServer {
 	t.Helper()
-	b := brokertest.Start(t, brokertest.Options{Bootstrap: true}).Broker
+	return startServerOn(t, brokertest.Options{Bootstrap: true}, tweak)
+}
+
+// startServerOn is startServer on a broker started with o.
+func startServerOn(t testing.TB, o brokertest.Options, tweak func(*Config)) *testServer {
+	t.Helper()
+	b := brokertest.Start(t, o).Broker
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package entry
+
+const poisonRecycled = false
