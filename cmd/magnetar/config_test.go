@@ -265,6 +265,13 @@ func TestInvalidInvocations(t *testing.T) {
 			want: []string{"config file "}},
 		{name: "config key --config", args: []string{"standalone"}, file: "config: other.yaml\n",
 			want: []string{`unknown key "config"`}},
+		// Not false: a bool viper cannot parse would otherwise read as false.
+		{name: "bool flag", args: []string{"standalone", "--journal-sync=yes"},
+			want: []string{`invalid argument "yes" for "--journal-sync" flag: want true or false`}},
+		{name: "bool from env", args: []string{"standalone"}, env: map[string]string{"MAGNETAR_JOURNAL_SYNC": "yes"},
+			want: []string{`invalid journal-sync "yes" (from environment MAGNETAR_JOURNAL_SYNC): want true or false`}},
+		{name: "bool from file", args: []string{"standalone"}, file: "journal-sync: yes please\n",
+			want: []string{`invalid journal-sync "yes please" (from config file `}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clearEnv(t)

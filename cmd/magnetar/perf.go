@@ -29,6 +29,7 @@ var perfBookieSettings = append(perfBookieOwnSettings, bookieStorageSettings...)
 var perfBookieOwnSettings = []setting{
 	{"data-dir", "", "dir", "directory in which the run makes its scratch directory (bookies, metadata, disk baseline), removed at the end (default: the system temp directory)"},
 	{"perf-bookies", "1", "count", "bookies to run in-process on 127.0.0.1"},
+	{"perf-in-process", "false", "bool", "the client calls the bookies in-process, as the standalone's broker calls its bookie, instead of over loopback TCP (whose copies otherwise share the machine's CPUs with the bookies)"},
 	{"perf-ensemble", "1", "count", "ledger ensemble size E (at most perf-bookies)"},
 	{"perf-write-quorum", "1", "count", "ledger write quorum Qw (at most E)"},
 	{"perf-ack-quorum", "1", "count", "ledger ack quorum Qa (at most Qw)"},
@@ -96,6 +97,7 @@ type perfBookieConfig struct {
 	Ledger       client.LedgerOptions
 	Load         loadConfig
 	DiskDuration time.Duration // 0: no disk baseline
+	InProcess    bool          // client calls, not loopback TCP
 	// Storage is every bookie's; Dir is set per bookie, and a JournalDir
 	// is the parent of the bookies' scratch journal directories.
 	Storage storage.Options
@@ -135,6 +137,9 @@ func resolvePerfBookie(sv *settingValues) (perfBookieConfig, error) {
 		return cfg, err
 	}
 	if cfg.DiskDuration, err = check(sv, s("perf-disk-duration"), parseNonNegativeDuration); err != nil {
+		return cfg, err
+	}
+	if cfg.InProcess, err = check(sv, s("perf-in-process"), parseBool); err != nil {
 		return cfg, err
 	}
 	cfg.Load.Interval = time.Second
@@ -214,7 +219,7 @@ func (a *app) perfBookie(cfg perfBookieConfig) error {
 		fmt.Fprintf(out, "journals in %s (removed at the end)\n", journalRoot)
 	}
 
-	cl, err := startPerfCluster(ctx, dir, journalRoot, cfg.Bookies, cfg.Storage, a.hostname, a.logger)
+	cl, err := startPerfCluster(ctx, dir, journalRoot, cfg.Bookies, cfg.InProcess, cfg.Storage, a.hostname, a.logger)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted during startup
@@ -312,9 +317,13 @@ func (cfg perfBookieConfig) describe() string {
 	if cfg.Storage.NoSync {
 		sync = "off"
 	}
+	transport := "loopback TCP"
+	if cfg.InProcess {
+		transport = "in-process calls"
+	}
 	l := cfg.Ledger
-	return fmt.Sprintf("%d bookie(s), ledger E/Qw/Qa %d/%d/%d, %d-byte entries, %s, for %s, journal fsync %s",
-		cfg.Bookies, l.EnsembleSize, l.WriteQuorum, l.AckQuorum, cfg.Load.EntrySize, mode, cfg.Load.Duration, sync)
+	return fmt.Sprintf("%d bookie(s) over %s, ledger E/Qw/Qa %d/%d/%d, %d-byte entries, %s, for %s, journal fsync %s",
+		cfg.Bookies, transport, l.EnsembleSize, l.WriteQuorum, l.AckQuorum, cfg.Load.EntrySize, mode, cfg.Load.Duration, sync)
 }
 
 // baselineBlock is the write size of the bandwidth baseline: the bytes
@@ -342,8 +351,9 @@ type perfCluster struct {
 
 // startPerfCluster starts n bookies on 127.0.0.1:0 with data in dir/bookie<i>
 // (journals in journalRoot/bookie<i> if journalRoot is set), registered in a
-// local metadata store in dir/meta, and a client.
-func startPerfCluster(ctx context.Context, dir, journalRoot string, n int, o storage.Options, hostname func() (string, error), log *slog.Logger) (*perfCluster, error) {
+// local metadata store in dir/meta, and a client (calling the bookies
+// in-process if inProcess).
+func startPerfCluster(ctx context.Context, dir, journalRoot string, n int, inProcess bool, o storage.Options, hostname func() (string, error), log *slog.Logger) (*perfCluster, error) {
 	store, err := local.Open(filepath.Join(dir, "meta"), local.Options{Logger: log})
 	if err != nil {
 		return nil, err
@@ -365,7 +375,19 @@ func startPerfCluster(ctx context.Context, dir, journalRoot string, n int, o sto
 		}
 		cl.bookies = append(cl.bookies, b)
 	}
-	if cl.client, err = client.New(client.Config{Meta: store, Logger: log}); err != nil {
+	cc := client.Config{Meta: store, Logger: log}
+	if inProcess {
+		bookies := cl.bookies
+		cc.Local = func(addr string) client.Local {
+			for _, b := range bookies {
+				if b.ID() == addr {
+					return b.Local()
+				}
+			}
+			return nil
+		}
+	}
+	if cl.client, err = client.New(cc); err != nil {
 		cl.close()
 		return nil, err
 	}

@@ -387,16 +387,16 @@ func checkPerfOutput(t *testing.T, out, dataDir string) int {
 // TestPerfBookie runs the command for real: bookies in-process, a ledger,
 // adds, and the disk baseline.
 func TestPerfBookie(t *testing.T) {
-	t.Run("1 bookie, no fsync, closed loop", func(t *testing.T) {
+	t.Run("1 bookie in-process, no fsync, closed loop", func(t *testing.T) {
 		clearEnv(t)
 		dataDir := t.TempDir()
 		r := run(t, "perf", "bookie", "--data-dir", dataDir, "--perf-duration", "1s", "--journal-sync=false",
-			"--perf-disk-duration", "500ms", "--log-level", "warn")
+			"--perf-in-process", "true", "--perf-disk-duration", "500ms", "--log-level", "warn")
 		if r.code != 0 {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 		checkPerfOutput(t, r.stdout, dataDir)
-		for _, w := range []string{"journal fsync off", "closed loop", "journal: ", " fsyncs, each covering ",
+		for _, w := range []string{"1 bookie(s) over in-process calls", "journal fsync off", "closed loop", "journal: ", " fsyncs, each covering ",
 			"disk: sequential ", "disk: 4 KiB write + fdatasync", "ratio: throughput ", "ratio: p99 "} {
 			if !strings.Contains(r.stdout, w) {
 				t.Errorf("output lacks %q:\n%s", w, r.stdout)
@@ -416,7 +416,7 @@ func TestPerfBookie(t *testing.T) {
 		if n < 250 || n > 500 {
 			t.Errorf("%d entries at 500/s for 1 s", n)
 		}
-		for _, w := range []string{"3 bookie(s), ledger E/Qw/Qa 3/2/2, 16384-byte entries, open loop at 500 entries/s",
+		for _, w := range []string{"3 bookie(s) over loopback TCP, ledger E/Qw/Qa 3/2/2, 16384-byte entries, open loop at 500 entries/s",
 			"journal fsync on", "journals in " + journalDir, "disk baseline: skipped"} {
 			if !strings.Contains(r.stdout, w) {
 				t.Errorf("output lacks %q:\n%s", w, r.stdout)
@@ -479,6 +479,7 @@ func TestPerfBookieUsageErrors(t *testing.T) {
 		{[]string{"--perf-entry-size", "0"}, `invalid perf-entry-size "0" (from flag --perf-entry-size): want a whole number from 1 to`},
 		{[]string{"--perf-disk-duration", "-1s"}, `invalid perf-disk-duration "-1s"`},
 		{[]string{"--perf-duration", "0s"}, `invalid perf-duration "0s"`},
+		{[]string{"--perf-in-process=maybe"}, `invalid argument "maybe" for "--perf-in-process" flag: want true or false`},
 	} {
 		clearEnv(t)
 		r := run(t, append([]string{"perf", "bookie"}, tc.args...)...)

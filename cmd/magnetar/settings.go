@@ -89,11 +89,25 @@ type textValue struct {
 	typ string
 }
 
-func (v *textValue) String() string     { return v.s }
-func (v *textValue) Set(s string) error { v.s = s; return nil }
-func (v *textValue) Type() string       { return v.typ }
+func (v *textValue) String() string { return v.s }
+func (v *textValue) Type() string   { return v.typ }
 
-// defineFlags adds a flag for each setting to fs.
+// Set takes the flag's text as it is, but checks a bool's here: viper
+// reads a flag of type "bool" through cast.ToBool, which turns anything
+// it cannot parse ("yes", "1x") into false, so that a mistyped
+// --journal-sync would turn fsync off instead of failing.
+func (v *textValue) Set(s string) error {
+	if v.typ == "bool" {
+		if _, err := parseBool(s); err != nil {
+			return err
+		}
+	}
+	v.s = s
+	return nil
+}
+
+// defineFlags adds a flag for each setting to fs. Every flag takes a
+// value, bools too ("--journal-sync false" as well as "=false").
 func defineFlags(fs *pflag.FlagSet, list []setting) {
 	for _, s := range list {
 		usage := s.usage + " (env " + s.env() + ")"
