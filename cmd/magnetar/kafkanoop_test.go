@@ -30,7 +30,7 @@ func TestNoopKafka(t *testing.T) {
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "store")
 	const size = 1 << 20
-	store, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, size)
+	store, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, size, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

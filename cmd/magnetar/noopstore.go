@@ -103,12 +103,14 @@ func (c *noopConn) write(b []byte) error {
 // sends their replies (group commit, a new group as soon as the last is
 // synced, as measureDurableAppends does). Its file is written and synced
 // first and then written over as a ring, as a journal reusing its files
-// does, so that no fdatasync has a file size to commit.
+// does, so that no fdatasync has a file size to commit. The durable no-op
+// bookie (noopbookie.go) uses it too, with callbacks for replies.
 type noopStore struct {
-	log   *slog.Logger
-	f     vfs.File
-	size  int64 // the ring's size
-	mu    sync.Mutex
+	log    *slog.Logger
+	f      vfs.File
+	size   int64           // the ring's size
+	onSync func(bytes int) // if set, called after each fdatasync with the bytes it covered
+	mu     sync.Mutex
 	queue []noopSend
 	err   error // the writer's failure; then add fails
 	more  chan struct{}
@@ -120,15 +122,18 @@ type noopStore struct {
 const noopStoreSize = 64 << 20
 
 // noopSend is a message waiting for the store: its bytes, and the reply
-// to write to its connection once they are durable.
+// to write to its connection once they are durable, or else done to call
+// then (or with the store's failure).
 type noopSend struct {
 	c     *noopConn
 	data  []byte
 	reply []byte
+	done  func(error)
 }
 
-// openNoopStore prefills a size-byte file at path (removed by Close).
-func openNoopStore(ctx context.Context, log *slog.Logger, fs vfs.FS, path string, size int64) (*noopStore, error) {
+// openNoopStore prefills a size-byte file at path (removed by Close);
+// onSync may be nil.
+func openNoopStore(ctx context.Context, log *slog.Logger, fs vfs.FS, path string, size int64, onSync func(int)) (*noopStore, error) {
 	buf := make([]byte, 1<<20)
 	fillPattern(buf)
 	if err := prefillFile(ctx, fs, path, buf, size); err != nil {
@@ -138,7 +143,7 @@ func openNoopStore(ctx context.Context, log *slog.Logger, fs vfs.FS, path string
 	if err != nil {
 		return nil, fmt.Errorf("no-op broker's store: %w", err)
 	}
-	st := &noopStore{log: log, f: f, size: size, more: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	st := &noopStore{log: log, f: f, size: size, onSync: onSync, more: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go st.run(fs, path)
 	return st, nil
 }
@@ -146,10 +151,20 @@ func openNoopStore(ctx context.Context, log *slog.Logger, fs vfs.FS, path string
 // add queues data; reply goes to c once it is durable, after the replies
 // of everything queued before it.
 func (st *noopStore) add(c *noopConn, data, reply []byte) error {
+	return st.queueSend(noopSend{c: c, data: data, reply: reply})
+}
+
+// addFunc queues data; done is called once it is durable (after the
+// callbacks of everything queued before it), or with the store's failure.
+func (st *noopStore) addFunc(data []byte, done func(error)) error {
+	return st.queueSend(noopSend{data: data, done: done})
+}
+
+func (st *noopStore) queueSend(m noopSend) error {
 	st.mu.Lock()
 	err := st.err
 	if err == nil {
-		st.queue = append(st.queue, noopSend{c: c, data: data, reply: reply})
+		st.queue = append(st.queue, m)
 	}
 	st.mu.Unlock()
 	select {
@@ -202,12 +217,23 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 			st.mu.Unlock()
 			st.log.Error("no-op broker: the store failed; closing the connections waiting for it", "err", err)
 			for _, m := range group {
-				m.c.c.Close()
+				if m.done != nil {
+					m.done(err)
+				} else {
+					m.c.c.Close()
+				}
 			}
 			return
 		}
 		off += int64(len(buf))
+		if st.onSync != nil && len(buf) > 0 {
+			st.onSync(len(buf))
+		}
 		for _, m := range group {
+			if m.done != nil {
+				m.done(nil)
+				continue
+			}
 			outs[m.c] = append(outs[m.c], m.reply...)
 		}
 		for c, out := range outs {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ var perfBookieSettings = append(perfBookieOwnSettings, bookieStorageSettings...)
 var perfBookieOwnSettings = []setting{
 	{"data-dir", "", "dir", "directory in which the run makes its scratch directory (bookies, metadata, disk baseline), removed at the end (default: the system temp directory)"},
 	{"perf-bookies", "1", "count", "bookies to run in-process on 127.0.0.1"},
+	{"perf-durable-noop", "false", "bool", "run durable no-op bookies instead: each add's checksum checked, the entry written to a prefilled file and fdatasync'd (group commit), then acknowledged; no entry log, no index, no reads; the least any bookie does before it acknowledges, a ceiling for the real bookies' throughput and a floor for their latency"},
 	{"perf-in-process", "false", "bool", "the client calls the bookies in-process, as the standalone's broker calls its bookie, instead of over loopback TCP (whose copies otherwise share the machine's CPUs with the bookies)"},
 	{"perf-ensemble", "1", "count", "ledger ensemble size E (at most perf-bookies)"},
 	{"perf-write-quorum", "1", "count", "ledger write quorum Qw (at most E)"},
@@ -98,6 +100,7 @@ type perfBookieConfig struct {
 	Load         loadConfig
 	DiskDuration time.Duration // 0: no disk baseline
 	InProcess    bool          // client calls, not loopback TCP
+	DurableNoop  bool          // durable no-op bookies (noopbookie.go)
 	// Storage is every bookie's; Dir is set per bookie, and a JournalDir
 	// is the parent of the bookies' scratch journal directories.
 	Storage storage.Options
@@ -142,9 +145,17 @@ func resolvePerfBookie(sv *settingValues) (perfBookieConfig, error) {
 	if cfg.InProcess, err = check(sv, s("perf-in-process"), parseBool); err != nil {
 		return cfg, err
 	}
+	if cfg.DurableNoop, err = check(sv, s("perf-durable-noop"), parseBool); err != nil {
+		return cfg, err
+	}
 	cfg.Load.Interval = time.Second
-	cfg.Storage, err = resolveStorage(sv, "")
-	return cfg, err
+	if cfg.Storage, err = resolveStorage(sv, ""); err != nil {
+		return cfg, err
+	}
+	if cfg.DurableNoop && cfg.Storage.NoSync {
+		return cfg, errors.New("perf-durable-noop with journal-sync false: the durable no-op bookies always fdatasync (they exist to measure that)")
+	}
+	return cfg, nil
 }
 
 // parseCount returns a parser of whole numbers from 1 to limit.
@@ -219,7 +230,7 @@ func (a *app) perfBookie(cfg perfBookieConfig) error {
 		fmt.Fprintf(out, "journals in %s (removed at the end)\n", journalRoot)
 	}
 
-	cl, err := startPerfCluster(ctx, dir, journalRoot, cfg.Bookies, cfg.InProcess, cfg.Storage, a.hostname, a.logger)
+	cl, err := startPerfCluster(ctx, dir, journalRoot, cfg, a.hostname, a.logger)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted during startup
@@ -321,9 +332,13 @@ func (cfg perfBookieConfig) describe() string {
 	if cfg.InProcess {
 		transport = "in-process calls"
 	}
+	kind := "bookie(s)"
+	if cfg.DurableNoop {
+		kind = "durable no-op bookie(s) (checksum, write, fdatasync; nothing stored to read)"
+	}
 	l := cfg.Ledger
-	return fmt.Sprintf("%d bookie(s) over %s, ledger E/Qw/Qa %d/%d/%d, %d-byte entries, %s, for %s, journal fsync %s",
-		cfg.Bookies, transport, l.EnsembleSize, l.WriteQuorum, l.AckQuorum, cfg.Load.EntrySize, mode, cfg.Load.Duration, sync)
+	return fmt.Sprintf("%d %s over %s, ledger E/Qw/Qa %d/%d/%d, %d-byte entries, %s, for %s, journal fsync %s",
+		cfg.Bookies, kind, transport, l.EnsembleSize, l.WriteQuorum, l.AckQuorum, cfg.Load.EntrySize, mode, cfg.Load.Duration, sync)
 }
 
 // baselineBlock is the write size of the bandwidth baseline: the bytes
@@ -344,23 +359,42 @@ func baselineBlock(fsyncs, fsyncBytes int64, cfg perfBookieConfig) (block int, o
 type perfCluster struct {
 	store   *local.Store
 	bookies []*bookie.Bookie
+	noops   []*noopBookie // instead of bookies (perf-durable-noop)
 	client  *client.Client
 	journal *journalCounter // every bookie's journal OnSync
 	dirs    []string        // the bookies' data and journal directories
 }
 
-// startPerfCluster starts n bookies on 127.0.0.1:0 with data in dir/bookie<i>
-// (journals in journalRoot/bookie<i> if journalRoot is set), registered in a
-// local metadata store in dir/meta, and a client (calling the bookies
-// in-process if inProcess).
-func startPerfCluster(ctx context.Context, dir, journalRoot string, n int, inProcess bool, o storage.Options, hostname func() (string, error), log *slog.Logger) (*perfCluster, error) {
+// startPerfCluster starts cfg.Bookies bookies on 127.0.0.1:0 with data in
+// dir/bookie<i> (journals in journalRoot/bookie<i> if journalRoot is set),
+// or durable no-op bookies with their files there, registered in a local
+// metadata store in dir/meta, and a client (calling the bookies in-process
+// if cfg.InProcess).
+func startPerfCluster(ctx context.Context, dir, journalRoot string, cfg perfBookieConfig, hostname func() (string, error), log *slog.Logger) (*perfCluster, error) {
 	store, err := local.Open(filepath.Join(dir, "meta"), local.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	cl := &perfCluster{store: store, journal: &journalCounter{}}
-	for i := range n {
-		bo := o
+	locals := map[string]client.Local{}
+	for i := range cfg.Bookies {
+		if cfg.DurableNoop {
+			d := filepath.Join(cmp.Or(journalRoot, dir), fmt.Sprintf("noop%d", i))
+			cl.dirs = append(cl.dirs, d)
+			err := os.Mkdir(d, 0o755)
+			var b *noopBookie
+			if err == nil {
+				b, err = startNoopBookie(ctx, d, store, func(n int) { cl.journal.onSync(0, 0, n) }, log)
+			}
+			if err != nil {
+				cl.close()
+				return nil, err
+			}
+			cl.noops = append(cl.noops, b)
+			locals[b.id] = b.server
+			continue
+		}
+		bo := cfg.Storage
 		bo.Journal.OnSync = cl.journal.onSync
 		bo.Dir = filepath.Join(dir, fmt.Sprintf("bookie%d", i))
 		cl.dirs = append(cl.dirs, bo.Dir)
@@ -374,18 +408,11 @@ func startPerfCluster(ctx context.Context, dir, journalRoot string, n int, inPro
 			return nil, err
 		}
 		cl.bookies = append(cl.bookies, b)
+		locals[b.ID()] = b.Local()
 	}
 	cc := client.Config{Meta: store, Logger: log}
-	if inProcess {
-		bookies := cl.bookies
-		cc.Local = func(addr string) client.Local {
-			for _, b := range bookies {
-				if b.ID() == addr {
-					return b.Local()
-				}
-			}
-			return nil
-		}
+	if cfg.InProcess {
+		cc.Local = func(addr string) client.Local { return locals[addr] }
 	}
 	if cl.client, err = client.New(cc); err != nil {
 		cl.close()
@@ -407,7 +434,10 @@ func (cl *perfCluster) close() error {
 	for _, b := range cl.bookies {
 		err = errors.Join(err, b.Shutdown(ctx))
 	}
-	cl.bookies = nil
+	for _, b := range cl.noops {
+		err = errors.Join(err, b.shutdown(ctx))
+	}
+	cl.bookies, cl.noops = nil, nil
 	if cl.store != nil {
 		err = errors.Join(err, cl.store.Close())
 		cl.store = nil

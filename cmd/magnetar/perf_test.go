@@ -403,6 +403,23 @@ func TestPerfBookie(t *testing.T) {
 			}
 		}
 	})
+	t.Run("3 durable no-op bookies 3/2/2 in-process, fsync", func(t *testing.T) {
+		clearEnv(t)
+		dataDir := t.TempDir()
+		r := run(t, "perf", "bookie", "--data-dir", dataDir, "--perf-duration", "1s", "--perf-durable-noop=true",
+			"--perf-in-process", "true", "--perf-bookies", "3", "--perf-ensemble", "3", "--perf-write-quorum", "2",
+			"--perf-ack-quorum", "2", "--perf-disk-duration", "0", "--log-level", "warn")
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		checkPerfOutput(t, r.stdout, dataDir)
+		for _, w := range []string{"3 durable no-op bookie(s) (checksum, write, fdatasync; nothing stored to read) over in-process calls",
+			"journal fsync on", " fsyncs, each covering "} {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("output lacks %q:\n%s", w, r.stdout)
+			}
+		}
+	})
 	t.Run("3 bookies 3/2/2, fsync, open loop", func(t *testing.T) {
 		clearEnv(t)
 		dataDir, journalDir := t.TempDir(), t.TempDir()
@@ -479,6 +496,7 @@ func TestPerfBookieUsageErrors(t *testing.T) {
 		{[]string{"--perf-entry-size", "0"}, `invalid perf-entry-size "0" (from flag --perf-entry-size): want a whole number from 1 to`},
 		{[]string{"--perf-disk-duration", "-1s"}, `invalid perf-disk-duration "-1s"`},
 		{[]string{"--perf-duration", "0s"}, `invalid perf-duration "0s"`},
+		{[]string{"--perf-durable-noop", "true", "--journal-sync", "false"}, "the durable no-op bookies always fdatasync"},
 		{[]string{"--perf-in-process=maybe"}, `invalid argument "maybe" for "--perf-in-process" flag: want true or false`},
 	} {
 		clearEnv(t)

@@ -47,7 +47,7 @@ perf all runs it as a child process, for the floors of its table.`,
 			defer stop()
 			var store *noopStore
 			if dir != "" {
-				if store, err = openNoopStore(ctx, a.logger, vfs.Default, filepath.Join(dir, "noop-store"), noopStoreSize); err != nil {
+				if store, err = openNoopStore(ctx, a.logger, vfs.Default, filepath.Join(dir, "noop-store"), noopStoreSize, nil); err != nil {
 					return runtimeError(err)
 				}
 				defer store.Close()
