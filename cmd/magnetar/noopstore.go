@@ -111,11 +111,11 @@ type noopStore struct {
 	size   int64           // the ring's size
 	onSync func(bytes int) // if set, called after each fdatasync with the bytes it covered
 	mu     sync.Mutex
-	queue []noopSend
-	err   error // the writer's failure; then add fails
-	more  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	queue  []noopSend
+	err    error // the writer's failure; then add fails
+	more   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // noopStoreSize is the size of the durable no-op broker's file.
