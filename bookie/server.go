@@ -29,9 +29,11 @@ type Storage interface {
 	// twice. recovery adds are accepted on fenced ledgers. e may be kept
 	// after done (until storage has applied it): it must not change.
 	AddEntry(e []byte, recovery bool, done func(error))
-	// ReadEntry returns the stored entry; the slice is the caller's. The
-	// entry has been verified (entry.Verify) since it was read from the
-	// disk: a client in this process (Call) does not verify it again.
+	// ReadEntry returns the stored entry in a buffer the caller holds
+	// alone (never memory the storage keeps): the server recycles it
+	// (entry.Recycle) once written to a connection. The entry has been
+	// verified (entry.Verify) since it was read from the disk: a client in
+	// this process (Call) does not verify it again.
 	ReadEntry(ledger, entryID int64) ([]byte, error)
 	LastAddConfirmed(ledger int64) (lac, lastEntry int64, err error)
 	// WaitLAC blocks until the ledger's LAC passes after or ctx ends.
@@ -583,9 +585,13 @@ func readRange(st Storage, statusOf func(error) wire.Status, ledger, first, last
 			if len(entries) > 0 && statusOf(err) == wire.StatusNoEntry {
 				break
 			}
+			for _, e := range entries {
+				entry.Recycle(e)
+			}
 			return nil, err
 		}
 		if len(entries) > 0 && size+4+len(e) > maxBytes {
+			entry.Recycle(e)
 			break
 		}
 		entries = append(entries, e)

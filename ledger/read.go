@@ -23,7 +23,10 @@ type Entry struct {
 // the zeroing of a fresh buffer); it does nothing for entries from the
 // cache. The caller must hold e alone, with no copy of it or slice of
 // its payload in use anywhere, and must not use its Payload afterwards.
-// Not calling Release is always safe: the buffer is then collected.
+// Release clears e only: releasing a copy of an Entry and then the
+// original (or another copy) would give the buffer back twice, for two
+// later reads to share. Not calling Release is always safe: the buffer
+// is then collected.
 func (e *Entry) Release() {
 	bookieentry.Recycle(e.buf)
 	e.buf, e.Payload = nil, nil

@@ -438,7 +438,7 @@ func (l *entryLogs) read(loc location) ([]byte, error) {
 	l.release(loc.log, r)
 	if n < len(e) {
 		if err == nil || err == io.EOF {
-			return nil, corruptf(l.path(loc.log), start, "short log: read %d of %d bytes", recordPrefixSize+n, recordPrefixSize+len(e))
+			return nil, corruptf(l.path(loc.log), start, "short log: read %d of the entry's %d bytes at %d", n, len(e), loc.offset)
 		}
 		return nil, fmt.Errorf("storage: read entry log %s at %d: %w", l.path(loc.log), start, err)
 	}

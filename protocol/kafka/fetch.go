@@ -88,6 +88,18 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 	}
 	go func() {
 		defer cancel()
+		answered := false
+		defer func() {
+			if r := recover(); r != nil {
+				// As conn.handle does for the handlers' own goroutines: a
+				// bug must not take the broker down.
+				c.log.Error("Kafka fetch panicked; closing the connection", "panic", r)
+				c.nc.Close()
+				if !answered {
+					sl.finish(nil)
+				}
+			}
+		}()
 		c.s.fetch(ctx, c, req, parts, c.s.cfg.Clock().Add(wait))
 		recs := make([]*records, len(parts))
 		for i, fp := range parts {
@@ -101,6 +113,7 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 			}
 			recs[i] = &fp.recs
 		}
+		answered = true
 		sl.finishFetch(resp, recs)
 	}()
 }
@@ -121,6 +134,7 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 		errsOf := make([]error, len(parts))
 		for _, fp := range parts {
 			fp.recs.clear()
+			fp.recs.dropRead() // a round before this one's, no longer served
 			fp.served, fp.entries = 0, 0
 		}
 		read := 0
@@ -134,6 +148,12 @@ func (s *Server) fetch(ctx context.Context, c *conn, req *kmsg.FetchRequest, par
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					defer func() {
+						if r := recover(); r != nil {
+							c.log.Error("Kafka fetch: reading a partition panicked", "topic", fp.name, "partition", fp.req.Partition, "panic", r)
+							errsOf[i+j] = fmt.Errorf("internal error reading the partition: %v", r)
+						}
+					}()
 					errsOf[i+j] = s.readPartition(ctx, fp, maxBytes)
 				}()
 			}
@@ -245,6 +265,9 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 			es, err = readAt(ctx, fp.t, off, n)
 		}
 		if err != nil {
+			for i := range es { // read before the error, not kept
+				es[i].Release()
+			}
 			if r.size > 0 {
 				break // serve what was read; the error comes back next time
 			}

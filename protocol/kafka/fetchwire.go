@@ -73,6 +73,15 @@ func (r *records) clear() {
 	r.reset(recordsMark{})
 }
 
+// dropRead releases the entries read, which no piece may refer to any
+// more (after clear).
+func (r *records) dropRead() {
+	for i := range r.read {
+		r.read[i].Release()
+	}
+	r.read = r.read[:0]
+}
+
 // release returns r's own buffer to the pool and releases the entries
 // read; r is empty afterwards.
 func (r *records) release() {

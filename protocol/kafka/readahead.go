@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -50,14 +51,15 @@ type ahead struct {
 type readAhead struct {
 	limit int64         // bytes; 0 or less: off
 	ttl   time.Duration // readAheadTTL
+	log   *slog.Logger
 
 	mu    sync.Mutex
 	held  map[aheadKey]*ahead
 	bytes int64 // reserved by held
 }
 
-func newReadAhead(limit int64) *readAhead {
-	return &readAhead{limit: limit, ttl: readAheadTTL, held: make(map[aheadKey]*ahead)}
+func newReadAhead(limit int64, log *slog.Logger) *readAhead {
+	return &readAhead{limit: limit, ttl: readAheadTTL, log: log, held: make(map[aheadKey]*ahead)}
 }
 
 // start reads n entries of t from the one starting at offset (a read hint
@@ -81,6 +83,12 @@ func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), readAheadTimeout)
 		defer cancel()
+		defer close(a.ready)
+		defer func() {
+			if r := recover(); r != nil { // a bug must not take the broker down
+				ra.log.Error("Kafka read-ahead panicked", "offset", offset, "panic", r)
+			}
+		}()
 		es, err := readAt(ctx, t, offset, n)
 		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
 			a.entries = es
@@ -89,7 +97,6 @@ func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
 				es[i].Release()
 			}
 		}
-		close(a.ready)
 	}()
 }
 

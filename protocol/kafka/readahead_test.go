@@ -153,7 +153,7 @@ func TestReadAheadBounds(t *testing.T) {
 // take waits for a read-ahead under way, and gives nothing for an offset
 // nobody read ahead of or once its context ends.
 func TestReadAheadTakeWaits(t *testing.T) {
-	ra := newReadAhead(1 << 20)
+	ra := newReadAhead(1<<20, testLogger())
 	k := aheadKey{offset: 7}
 	a := &ahead{ready: make(chan struct{}), size: 10, timer: time.NewTimer(time.Hour)}
 	ra.held[k], ra.bytes = a, 10

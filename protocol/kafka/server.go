@@ -146,7 +146,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger,
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
-	s.ahead = newReadAhead(cfg.ReadAheadSize)
+	s.ahead = newReadAhead(cfg.ReadAheadSize, s.log)
 	s.groups = newGroups(s)
 	if err := s.groups.load(ctx); err != nil {
 		return nil, fmt.Errorf("kafka: restoring consumer groups: %w", err)
