@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/magnetar-io/magnetar/bookie/entry"
 	"github.com/magnetar-io/magnetar/bookie/wire"
 )
 
@@ -228,15 +229,13 @@ func (c *conn) readLoop(nc net.Conn) {
 	r := bufio.NewReaderSize(nc, 64<<10)
 	var buf []byte
 	for {
-		h, body, b, err := wire.ReadFrame(r, buf)
-		// A large frame (entries read) keeps its buffer: the callback
-		// takes the body without copying it. Small ones reuse the buffer.
-		owned := len(b) > ownedFrame
-		if owned {
-			buf = nil
-		} else {
-			buf = b
-		}
+		// A large frame (entries read) has its payload, after the status,
+		// read into a read buffer of its own (entry.NewReadBuf), which the
+		// callback takes without copying; the frame's head, and small
+		// frames, reuse buf.
+		h, head, tail, b, err := wire.ReadFrameSplit(r, buf, ownedFrame, 2, entry.NewReadBuf)
+		buf = b
+		owned := tail != nil
 		if err != nil {
 			c.fail(err)
 			return
@@ -248,11 +247,14 @@ func (c *conn) readLoop(nc net.Conn) {
 		if !ok {
 			continue // timed out already
 		}
-		st, payload, err := wire.ParseStatus(body)
+		st, payload, err := wire.ParseStatus(head)
 		if err != nil {
 			cl.cb(response{err: fmt.Errorf("bookie %s: %w", c.addr, err)})
 			c.fail(err)
 			return
+		}
+		if owned {
+			payload = tail
 		}
 		cl.cb(response{status: st, body: payload, owned: owned})
 	}

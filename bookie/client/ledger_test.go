@@ -522,3 +522,52 @@ func TestAppendReserved(t *testing.T) {
 		}
 	}
 }
+
+// Entries over 32 KiB come back in read buffers of their own, of a pooled
+// size, over either transport: Buf is the whole entry, Payload within it.
+// Recycling them (as a Kafka fetch does) leaves later reads correct. (Race
+// builds poison what is recycled.)
+func TestReadBuffersRecyclable(t *testing.T) { forTransports(t, testReadBuffersRecyclable) }
+
+func testReadBuffersRecyclable(t *testing.T, local bool) {
+	ctx := testCtx(t)
+	cl := newClusterOver(t, 1, local)
+	w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 1, WriteQuorum: 1, AckQuorum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	want := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, 40<<10+i) }
+	for i := range n {
+		done := make(chan error, 1)
+		w.Append(want(i), func(_ int64, err error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		es, err := r.Read(ctx, 0, n-1)
+		if err != nil || len(es) != n {
+			t.Fatalf("round %d: %d entries, %v", round, len(es), err)
+		}
+		for i, e := range es {
+			if !bytes.Equal(e.Payload, want(i)) {
+				t.Fatalf("round %d: entry %d: payload of %d bytes differs", round, i, len(e.Payload))
+			}
+			if len(e.Buf) != entry.HeaderSize+len(e.Payload) || &e.Buf[entry.HeaderSize] != &e.Payload[0] {
+				t.Fatalf("round %d: entry %d: Buf (%d bytes) is not the whole entry around Payload", round, i, len(e.Buf))
+			}
+			if c := cap(entry.NewReadBuf(len(e.Buf))); cap(e.Buf) != c {
+				t.Fatalf("round %d: entry %d: Buf of capacity %d, a pooled one has %d", round, i, cap(e.Buf), c)
+			}
+			entry.Recycle(e.Buf)
+		}
+	}
+}

@@ -187,29 +187,53 @@ func AppendFrameHead(dst []byte, h Header, bodyLen int) []byte {
 // the header and body (a sub-slice of the returned buffer). Any error
 // other than io.EOF at a frame boundary means the stream is unusable.
 func ReadFrame(r io.Reader, buf []byte) (Header, []byte, []byte, error) {
+	h, head, _, buf, err := ReadFrameSplit(r, buf, MaxFrameSize, 0, nil)
+	return h, head, buf, err
+}
+
+// ReadFrameSplit reads one frame as ReadFrame does, except that the body
+// of a frame larger than small bytes comes in two parts: its first lead
+// bytes in head (a sub-slice of the returned buffer) and the rest in tail,
+// a buffer from alloc that holds it alone, from its first byte (a read
+// entry, for instance, after a response's status). For other frames tail
+// is nil and head is the whole body.
+func ReadFrameSplit(r io.Reader, buf []byte, small, lead int, alloc func(n int) []byte) (h Header, head, tail, _ []byte, err error) {
 	var sz [4]byte
 	if _, err := io.ReadFull(r, sz[:]); err != nil {
-		return Header{}, nil, buf, err
+		return Header{}, nil, nil, buf, err
 	}
-	size := binary.BigEndian.Uint32(sz[:])
+	size := int(binary.BigEndian.Uint32(sz[:]))
 	if size < HeaderSize || size > MaxFrameSize {
-		return Header{}, nil, buf, fmt.Errorf("%w: size %d outside [%d, %d]", ErrFrame, size, HeaderSize, MaxFrameSize)
+		return Header{}, nil, nil, buf, fmt.Errorf("%w: size %d outside [%d, %d]", ErrFrame, size, HeaderSize, MaxFrameSize)
 	}
-	if cap(buf) < int(size) {
-		buf = make([]byte, size)
+	first := size
+	if size > small && size-HeaderSize > lead {
+		first = HeaderSize + lead
 	}
-	buf = buf[:size]
-	if _, err := io.ReadFull(r, buf); err != nil {
+	if cap(buf) < first {
+		buf = make([]byte, first)
+	}
+	buf = buf[:first]
+	cut := func(err error) error {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return Header{}, nil, buf, fmt.Errorf("%w: %d-byte frame cut short: %w", ErrFrame, size, err)
+		return fmt.Errorf("%w: %d-byte frame cut short: %w", ErrFrame, size, err)
+	}
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return Header{}, nil, nil, buf, cut(err)
 	}
 	if buf[0] != Version {
-		return Header{}, nil, buf, fmt.Errorf("%w: version %d, want %d", ErrFrame, buf[0], Version)
+		return Header{}, nil, nil, buf, fmt.Errorf("%w: version %d, want %d", ErrFrame, buf[0], Version)
 	}
-	h := Header{Op: Op(buf[1]), Flags: binary.BigEndian.Uint16(buf[2:]), ReqID: binary.BigEndian.Uint64(buf[4:])}
-	return h, buf[HeaderSize:], buf, nil
+	h = Header{Op: Op(buf[1]), Flags: binary.BigEndian.Uint16(buf[2:]), ReqID: binary.BigEndian.Uint64(buf[4:])}
+	if first < size {
+		tail = alloc(size - first)
+		if _, err := io.ReadFull(r, tail); err != nil {
+			return Header{}, nil, nil, buf, cut(err)
+		}
+	}
+	return h, buf[HeaderSize:], tail, buf, nil
 }
 
 // Request and response body helpers. Decoders return ErrMalformed on bad

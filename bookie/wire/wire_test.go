@@ -87,6 +87,11 @@ func FuzzReadFrame(f *testing.F) {
 		if err == nil && !bytes.HasPrefix(b, AppendFrame(nil, h, body)) {
 			t.Fatalf("frame does not re-encode to its bytes")
 		}
+		// Split after 2 bytes of any body over 16 bytes: the same frame.
+		sh, head, tail, _, serr := ReadFrameSplit(bytes.NewReader(b), nil, HeaderSize+16, 2, func(n int) []byte { return make([]byte, n) })
+		if (serr == nil) != (err == nil) || err == nil && (sh != h || !bytes.Equal(append(head[:len(head):len(head)], tail...), body)) {
+			t.Fatalf("split read: %+v %q+%q, %v; whole read: %+v %q, %v", sh, head, tail, serr, h, body, err)
+		}
 	})
 }
 
@@ -104,5 +109,50 @@ func TestEntriesRoundTrip(t *testing.T) {
 	l, f, last, mb, err := ParseReadRange(ReadRange(1, 2, 3, 4))
 	if err != nil || l != 1 || f != 2 || last != 3 || mb != 4 {
 		t.Fatalf("ParseReadRange = %d %d %d %d %v", l, f, last, mb, err)
+	}
+}
+
+// A frame over the small size has its body after lead bytes read into a
+// buffer of its own from alloc; smaller frames, and frames whose body is
+// no longer than lead, come whole in head. Bad and cut frames fail as with
+// ReadFrame.
+func TestReadFrameSplit(t *testing.T) {
+	const small, lead = 64, 2
+	big := bytes.Repeat([]byte("0123456789"), 20)
+	var stream []byte
+	stream = AppendFrame(stream, Header{Op: OpRead, ReqID: 1}, StatusBody(StatusOK), big)
+	stream = AppendFrame(stream, Header{Op: OpReadLAC, ReqID: 2}, StatusBody(StatusOK), Int64s(1, 2))
+	r := bytes.NewReader(stream)
+	var allocs []int
+	alloc := func(n int) []byte { allocs = append(allocs, n); return make([]byte, n, n+7) }
+
+	h, head, tail, buf, err := ReadFrameSplit(r, nil, small, lead, alloc)
+	if err != nil || h.ReqID != 1 || !bytes.Equal(head, StatusBody(StatusOK)) || !bytes.Equal(tail, big) {
+		t.Fatalf("large frame: %+v head %q tail %d bytes, %v", h, head, len(tail), err)
+	}
+	if len(allocs) != 1 || allocs[0] != len(big) || cap(tail) != len(big)+7 {
+		t.Fatalf("large frame: allocs %v, tail capacity %d: want the tail in alloc's buffer", allocs, cap(tail))
+	}
+	if len(buf) > HeaderSize+lead {
+		t.Errorf("large frame: %d bytes read into buf, want the head only", len(buf))
+	}
+	h, head, tail, _, err = ReadFrameSplit(r, buf, small, lead, alloc)
+	if err != nil || h.ReqID != 2 || tail != nil || len(allocs) != 1 {
+		t.Fatalf("small frame: %+v tail %v allocs %v, %v", h, tail, allocs, err)
+	}
+	if st, rest, err := ParseStatus(head); err != nil || st != StatusOK || !bytes.Equal(rest, Int64s(1, 2)) {
+		t.Fatalf("small frame body: %v %x %v", st, rest, err)
+	}
+	if _, _, _, _, err := ReadFrameSplit(r, buf, small, lead, alloc); err != io.EOF {
+		t.Fatalf("at the end: %v, want io.EOF", err)
+	}
+
+	whole := AppendFrame(nil, Header{Op: OpRead, ReqID: 3}, StatusBody(StatusOK), big)
+	bad := bytes.Clone(whole)
+	bad[4] = 9
+	for name, b := range map[string][]byte{"cut in the tail": whole[:len(whole)-1], "cut in the head": whole[:4+HeaderSize+1], "bad version": bad} {
+		if _, _, _, _, err := ReadFrameSplit(bytes.NewReader(b), nil, small, lead, alloc); !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: %v, want ErrFrame", name, err)
+		}
 	}
 }
