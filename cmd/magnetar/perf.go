@@ -69,7 +69,11 @@ embedded metadata store, all in a scratch directory under data-dir; creates
 a ledger with the quorums given; and adds perf-entry-size entries for
 perf-duration: closed loop (up to perf-in-flight outstanding), or open loop
 at perf-rate. Prints, every second, the adds completed in it (entries/s,
-MB/s, latency p50/p99/p99.9/max), then a summary.
+MB/s, latency p50/p99/p99.9/max), then a summary. The client reaches the
+bookies over loopback TCP, or with perf-in-process by calls, as the
+standalone's broker does. perf-durable-noop runs bookies that only check,
+write and fdatasync each add (no entry log, no index): the most any
+bookie could do on this machine under the same load.
 
 Then it measures the disk under the journal: sequential writes, each
 followed by fdatasync, of the journal's average group size in the run
