@@ -102,12 +102,17 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	}
 	b := &Bookie{cfg: cfg, log: cfg.Logger, storage: st, server: srv, served: make(chan error, 1), regDone: make(chan struct{})}
 	go func() { b.served <- srv.Serve(cfg.Listener) }()
+	// Session events are watched from before the registration: an expiry
+	// right after it (before a goroutine got to subscribing) would
+	// otherwise go unseen, and the bookie stay unregistered.
+	events, stopEvents := cfg.Meta.SessionEvents()
 	if err := b.register(ctx); err != nil {
+		stopEvents()
 		srv.Shutdown(ctx)
 		return nil, err
 	}
 	b.regCtx, b.regCancel = context.WithCancel(context.Background())
-	go b.keepRegistered()
+	go b.keepRegistered(events, stopEvents)
 	b.gcStop, b.gcDone = make(chan struct{}), make(chan struct{})
 	switch interval := cfg.LedgerGCInterval; {
 	case interval == 0:
@@ -165,12 +170,11 @@ func (b *Bookie) register(ctx context.Context) error {
 	return fmt.Errorf("bookie: %s keeps being re-created by someone else: is another bookie running with id %s?", p, b.cfg.ID)
 }
 
-// keepRegistered re-registers after a session expiry, which deletes the
-// ephemeral node.
-func (b *Bookie) keepRegistered() {
+// keepRegistered re-registers after a session expiry (from events),
+// which deletes the ephemeral node.
+func (b *Bookie) keepRegistered(events <-chan meta.SessionEvent, stopEvents func()) {
 	defer close(b.regDone)
-	events, cancel := b.cfg.Meta.SessionEvents()
-	defer cancel()
+	defer stopEvents()
 	for {
 		select {
 		case <-b.regCtx.Done():

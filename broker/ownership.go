@@ -216,11 +216,14 @@ func (b *Broker) startOwnership(ctx context.Context) error {
 		return fmt.Errorf("broker: Kafka node id: %w", err)
 	}
 	o.self.NodeID = id
+	// Watched from before the registration, so that an expiry right after
+	// it is seen (and the broker registers again).
+	events, cancel := o.store.SessionEvents()
 	if err := o.register(ctx); err != nil {
+		cancel()
 		return err
 	}
 	b.own = o
-	events, cancel := o.store.SessionEvents()
 	o.done.Add(2)
 	go func() {
 		defer o.done.Done()

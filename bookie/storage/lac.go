@@ -225,12 +225,18 @@ func (s *Storage) IsFenced(ledger int64) (bool, error) {
 	return st.rec.fenced, nil
 }
 
-// Ledgers lists the ledgers this bookie holds (not deleted), ascending.
+// Ledgers lists the ledgers this bookie holds (not deleted), ascending:
+// every add acknowledged before the call is counted, applied or not.
 func (s *Storage) Ledgers() ([]int64, error) {
 	s.opMu.RLock()
 	defer s.opMu.RUnlock()
 	if s.closed {
 		return nil, ErrClosed
+	}
+	if s.unapplied() {
+		if err := s.awaitApplied(); err != nil {
+			return nil, err
+		}
 	}
 	var out []int64
 	err := s.idx.ledgers(func(ledger int64, r ledgerRecord) error {
