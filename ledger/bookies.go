@@ -68,8 +68,7 @@ type LedgerReader interface {
 	// Read returns the payloads of entries first..last, which must not
 	// pass LastAddConfirmed, and for each the buffer it lies in if the
 	// caller holds that alone (else nil), which Entry.Release gives back
-	// (bookie/entry's Recycle). The slices are the
-	// caller's.
+	// (bookie/entry's Recycle). The slices are the caller's.
 	Read(ctx context.Context, first, last int64) (payloads, bufs [][]byte, err error)
 }
 

@@ -148,7 +148,9 @@ func (ml *ManagedLedger) header(ctx context.Context, ledgerID, entry int64) (Hea
 		return Header{}, err
 	}
 	h, _, err := ParseHeader(bs[0])
-	bookieentry.Recycle(bufs[0])
+	if bufs != nil {
+		bookieentry.Recycle(bufs[0])
+	}
 	if err != nil {
 		return Header{}, fmt.Errorf("%w: managed ledger %s: ledger %d entry %d: %v", ErrCorrupt, ml.name, ledgerID, entry, err)
 	}

@@ -83,7 +83,11 @@ func (ml *ManagedLedger) Read(ctx context.Context, from Position, maxEntries int
 			if err != nil {
 				return out, fmt.Errorf("%w: managed ledger %s: ledger %d entry %d: %v", ErrCorrupt, ml.name, s.ledger, e, err)
 			}
-			out = append(out, Entry{Position{s.ledger, e}, h, payload, bufs[i]})
+			var buf []byte
+			if bufs != nil {
+				buf = bufs[i]
+			}
+			out = append(out, Entry{Position{s.ledger, e}, h, payload, buf})
 		}
 	}
 	return out, nil
@@ -105,11 +109,11 @@ func (ml *ManagedLedger) ReadOffset(ctx context.Context, offset int64, maxEntrie
 
 // fetch returns the stored bytes (header and payload) of confirmed
 // entries first..last of a ledger: from the cache, the pinned tail, then
-// the bookies; and for each entry read from a bookie the read buffer it
-// lies in, which the caller holds alone (nil for the others).
-func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64) ([][]byte, [][]byte, error) {
-	out := make([][]byte, last-first+1)
-	bufs := make([][]byte, len(out))
+// the bookies; and, if any came from a bookie, for each entry read from
+// one the read buffer it lies in, which the caller holds alone (nil for
+// the others; bufs is nil when none was read from a bookie).
+func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64) (out, bufs [][]byte, err error) {
+	out = make([][]byte, last-first+1)
 	missing := 0
 	for i := range out {
 		if b, ok := ml.cfg.Cache.Get(EntryKey{ML: ml.cacheID, Ledger: ledgerID, Entry: first + int64(i)}); ok {
@@ -119,7 +123,7 @@ func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64)
 		}
 	}
 	if missing == 0 {
-		return out, bufs, nil
+		return out, nil, nil
 	}
 	ml.mu.Lock()
 	var pin []pinned
@@ -151,6 +155,9 @@ func (ml *ManagedLedger) fetch(ctx context.Context, ledgerID, first, last int64)
 			return nil, nil, err
 		}
 		copy(out[i:], bs)
+		if bufs == nil {
+			bufs = make([][]byte, len(out))
+		}
 		copy(bufs[i:], bb)
 		i = j + 1
 	}

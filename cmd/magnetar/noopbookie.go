@@ -45,7 +45,10 @@ func (s *noopBookieStorage) AddEntry(e []byte, _ bool, done func(error)) {
 	if err := s.store.addFunc(e, func(err error) {
 		if err == nil {
 			s.mu.Lock()
-			v := s.lacs[h.Ledger]
+			v, ok := s.lacs[h.Ledger]
+			if !ok {
+				v = [2]int64{-1, -1}
+			}
 			s.lacs[h.Ledger] = [2]int64{max(v[0], h.LAC), max(v[1], h.Entry)}
 			s.mu.Unlock()
 		}

@@ -265,9 +265,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 			es, err = readAt(ctx, fp.t, off, n)
 		}
 		if err != nil {
-			for i := range es { // read before the error, not kept
-				es[i].Release()
-			}
+			releaseEntries(es) // read before the error, not kept
 			if r.size > 0 {
 				break // serve what was read; the error comes back next time
 			}
@@ -341,9 +339,7 @@ func readAt(ctx context.Context, t *broker.Topic, offset int64, n int) ([]ledger
 		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
 			return es, nil
 		}
-		for i := range es {
-			es[i].Release()
-		}
+		releaseEntries(es)
 	}
 	return ml.ReadOffset(ctx, offset, n)
 }

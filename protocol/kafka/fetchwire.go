@@ -76,19 +76,22 @@ func (r *records) clear() {
 // dropRead releases the entries read, which no piece may refer to any
 // more (after clear).
 func (r *records) dropRead() {
-	for i := range r.read {
-		r.read[i].Release()
-	}
+	releaseEntries(r.read)
 	r.read = r.read[:0]
+}
+
+// releaseEntries releases entries a fetch read and holds alone.
+func releaseEntries(es []ledger.Entry) {
+	for i := range es {
+		es[i].Release()
+	}
 }
 
 // release returns r's own buffer to the pool and releases the entries
 // read; r is empty afterwards.
 func (r *records) release() {
 	putRecordBuf(r.own)
-	for i := range r.read {
-		r.read[i].Release()
-	}
+	releaseEntries(r.read)
 	*r = records{}
 }
 

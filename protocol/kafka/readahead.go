@@ -93,9 +93,7 @@ func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
 		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
 			a.entries = es
 		} else {
-			for i := range es {
-				es[i].Release()
-			}
+			releaseEntries(es)
 		}
 	}()
 }
