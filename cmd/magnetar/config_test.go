@@ -109,7 +109,7 @@ func TestPrecedence(t *testing.T) {
 					want = k.env
 				}
 				if useFlag {
-					args = append(args, "--"+k.name, k.flag)
+					args = append(args, "--"+k.name+"="+k.flag)
 					want = k.flag
 				}
 				r := run(t, args...)
@@ -121,6 +121,28 @@ func TestPrecedence(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A bool flag alone turns its setting on, over the environment and the
+// file; given a separate word instead of =value, it is a usage error, not
+// a silent true with a stray argument.
+func TestBareBoolFlag(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("MAGNETAR_JOURNAL_DIRECT_IO", "false")
+	r := run(t, "standalone", "--journal-direct-io")
+	if r.code != 0 || r.cfg == nil {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if r.cfg.BookieStorage.Journal.BufferedIO {
+		t.Errorf("--journal-direct-io alone left direct I/O off")
+	}
+	r = run(t, "standalone", "--journal-sync", "false")
+	if r.code != exitUsage || r.cfg != nil {
+		t.Fatalf("--journal-sync false: exit %d (want %d), ran: %v", r.code, exitUsage, r.cfg != nil)
+	}
+	if !strings.Contains(r.stderr, `unknown command "false"`) {
+		t.Errorf("stderr does not name the stray argument:\n%s", r.stderr)
 	}
 }
 

@@ -100,7 +100,6 @@ once it has caught up with the source's end offsets as they were at start.
 		},
 	}
 	a.addSettings(cmd, mirrorSettings)
-	cmd.Flags().Lookup("mirror-once").NoOptDefVal = "true" // a bare --mirror-once turns it on
 	cmd.Flags().SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		switch name {
 		case "from":

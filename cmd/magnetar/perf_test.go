@@ -391,7 +391,7 @@ func TestPerfBookie(t *testing.T) {
 		clearEnv(t)
 		dataDir := t.TempDir()
 		r := run(t, "perf", "bookie", "--data-dir", dataDir, "--perf-duration", "1s", "--journal-sync=false",
-			"--perf-in-process", "true", "--perf-disk-duration", "500ms", "--log-level", "warn")
+			"--perf-in-process", "--perf-disk-duration", "500ms", "--log-level", "warn")
 		if r.code != 0 {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
@@ -407,7 +407,7 @@ func TestPerfBookie(t *testing.T) {
 		clearEnv(t)
 		dataDir := t.TempDir()
 		r := run(t, "perf", "bookie", "--data-dir", dataDir, "--perf-duration", "1s", "--perf-durable-noop=true",
-			"--perf-in-process", "true", "--perf-bookies", "3", "--perf-ensemble", "3", "--perf-write-quorum", "2",
+			"--perf-in-process", "--perf-bookies", "3", "--perf-ensemble", "3", "--perf-write-quorum", "2",
 			"--perf-ack-quorum", "2", "--perf-disk-duration", "0", "--log-level", "warn")
 		if r.code != 0 {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
@@ -496,7 +496,7 @@ func TestPerfBookieUsageErrors(t *testing.T) {
 		{[]string{"--perf-entry-size", "0"}, `invalid perf-entry-size "0" (from flag --perf-entry-size): want a whole number from 1 to`},
 		{[]string{"--perf-disk-duration", "-1s"}, `invalid perf-disk-duration "-1s"`},
 		{[]string{"--perf-duration", "0s"}, `invalid perf-duration "0s"`},
-		{[]string{"--perf-durable-noop", "true", "--journal-sync", "false"}, "the durable no-op bookies always fdatasync"},
+		{[]string{"--perf-durable-noop", "--journal-sync=false"}, "the durable no-op bookies always fdatasync"},
 		{[]string{"--perf-in-process=maybe"}, `invalid argument "maybe" for "--perf-in-process" flag: want true or false`},
 	} {
 		clearEnv(t)

@@ -113,7 +113,6 @@ with what was measured; a second signal exits at once.
 		},
 	}
 	a.addSettings(cmd, perfKafkaSettings)
-	cmd.Flags().Lookup("perf-kafka-kfake").NoOptDefVal = "true" // a bare --perf-kafka-kfake turns it on
 	return cmd
 }
 

@@ -106,12 +106,16 @@ func (v *textValue) Set(s string) error {
 	return nil
 }
 
-// defineFlags adds a flag for each setting to fs. Every flag takes a
-// value, bools too ("--journal-sync false" as well as "=false").
+// defineFlags adds a flag for each setting to fs. A bool flag alone
+// turns its setting on (--perf-in-process); =false turns it off, as with
+// every Go and most Kafka and Pulsar tools.
 func defineFlags(fs *pflag.FlagSet, list []setting) {
 	for _, s := range list {
 		usage := s.usage + " (env " + s.env() + ")"
 		fs.Var(&textValue{s: s.def, typ: s.typ}, s.name, usage)
+		if s.typ == "bool" {
+			fs.Lookup(s.name).NoOptDefVal = "true"
+		}
 	}
 }
 
