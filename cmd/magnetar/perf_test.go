@@ -292,6 +292,27 @@ func TestMeasureDirectWrites(t *testing.T) {
 	}
 }
 
+// TestMeasureTwiceWrites: a journal stream of synced groups with an
+// entry-log stream of the same bytes beside it, both files removed; a
+// directory that is not there is an error, not "O_DIRECT unsupported".
+func TestMeasureTwiceWrites(t *testing.T) {
+	dir := diskDir(t)
+	r, err := measureTwiceWrites(context.Background(), dir, 256<<10, 200*time.Millisecond)
+	if err != nil {
+		t.Fatalf("each byte twice in %s: %v", dir, err)
+	}
+	if r.Writes == 0 || r.MBps() <= 0 || r.Latency.Count() != uint64(r.Writes) || r.Elapsed < 200*time.Millisecond {
+		t.Fatalf("%d writes, %.1f MB/s, %d latencies in %v", r.Writes, r.MBps(), r.Latency.Count(), r.Elapsed)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left %d files behind", len(left))
+	}
+	_, err = measureTwiceWrites(context.Background(), filepath.Join(dir, "missing"), 256<<10, time.Second)
+	if err == nil || errors.Is(err, errDirectUnsupported) {
+		t.Errorf("in a missing directory: %v", err)
+	}
+}
+
 // TestMeasureDurableAppends: every append due in the run is made durable
 // and timed, in groups, and the file is removed.
 func TestMeasureDurableAppends(t *testing.T) {
@@ -397,9 +418,18 @@ func TestPerfBookie(t *testing.T) {
 		}
 		checkPerfOutput(t, r.stdout, dataDir)
 		for _, w := range []string{"1 bookie(s) over in-process calls", "journal fsync off", "closed loop", "journal: ", " fsyncs, each covering ",
-			"disk: sequential ", "disk: 4 KiB write + fdatasync", "ratio: throughput ", "ratio: p99 "} {
+			"disk: each byte twice", "disk: sequential ", "disk: 4 KiB write + fdatasync", "ratio: throughput ", "ratio: p99 "} {
 			if !strings.Contains(r.stdout, w) {
 				t.Errorf("output lacks %q:\n%s", w, r.stdout)
+			}
+		}
+		// Measured where the file system takes O_DIRECT (this machine's
+		// disks do), compared with raw and with the run.
+		if !strings.Contains(r.stdout, "disk: each byte twice: skipped") {
+			for _, w := range []string{"O_DIRECT writes + fdatasync", "ratio: each byte twice "} {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("output lacks %q:\n%s", w, r.stdout)
+				}
 			}
 		}
 	})
