@@ -3,9 +3,11 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,6 +58,7 @@ func appendConcurrently(t *testing.T, j *Journal, n int) []rec {
 // after a close, with no warning: the zeros read as the end of the
 // records. Both with O_DIRECT and through the page cache.
 func TestZeroAhead(t *testing.T) {
+	anyRateGetsZeros(t) // the appends here may go faster than bulkRate
 	for _, buffered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("buffered=%t", buffered), func(t *testing.T) {
 			dir := directDir(t)
@@ -174,6 +177,7 @@ func (f zeroFailFile) WriteAt(p []byte, off int64) (int, error) {
 // A group that reaches into a fill in progress waits for it: the zeros
 // never land on its records. The fill is held until the test lets it go.
 func TestZeroAheadWriterWaits(t *testing.T) {
+	anyRateGetsZeros(t)
 	fs := &zeroGateFS{FS: vfs.Default, entered: make(chan struct{}), release: make(chan struct{})}
 	opts := Options{FS: fs, Dir: t.TempDir(), ZeroAhead: 8 << 10, Logger: discardLogger}
 	j, _ := openT(t, opts, Position{})
@@ -241,6 +245,7 @@ func (f zeroGateFile) WriteAt(p []byte, off int64) (int, error) {
 // next block boundary on, so that O_DIRECT takes them: no warning, and
 // the new records replay.
 func TestZeroAheadReusedFile(t *testing.T) {
+	anyRateGetsZeros(t)
 	dir := directDir(t)
 	old := Options{Dir: dir, MaxFileSize: 10_000, BufferedIO: true, ZeroAhead: -1, Logger: discardLogger}
 	j, _ := openT(t, old, Position{})
@@ -296,4 +301,53 @@ func TestZeroAheadReusedFile(t *testing.T) {
 	j, got := openT(t, opts, last)
 	defer j.Close()
 	checkRecs(t, got, acked)
+}
+
+// anyRateGetsZeros lets fillers started during the test fill whatever the
+// writer's rate.
+func anyRateGetsZeros(t *testing.T) {
+	old := bulkRate
+	bulkRate = math.Inf(1)
+	t.Cleanup(func() { bulkRate = old })
+}
+
+// A writer going faster than bulkRate gets no zeros ahead: they would be
+// written over within milliseconds, more bytes for the disk. Once it is
+// slower over a whole rateWindow, the filler fills again, past its end.
+func TestZeroAheadSkipsFastWriter(t *testing.T) {
+	var fills atomic.Int64
+	wrote := make(chan int64, 16)
+	write := func(b []byte, off int64) error { wrote <- off; return nil }
+	const chunk = 64 << 10
+	z := newZeroFiller(discardLogger, "test.jnl", 0, 0, chunk, write, func() error { return nil }, &fills)
+	defer z.close()
+
+	// 100 MiB at once: far faster than bulkRate, however slow the machine.
+	end := int64(100 << 20)
+	z.claim(0, end)
+	z.ahead()
+	time.Sleep(2 * rateWindow)
+	z.ahead() // ends the fast window
+	time.Sleep(rateWindow / 2)
+	if got := fills.Load(); got != 0 {
+		t.Fatalf("%d fills for a writer at 100 MiB in an instant, want 0", got)
+	}
+	// The writer slows down: 4 KiB at a time, a window apart.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		z.claim(end, end+4096)
+		end += 4096
+		z.ahead()
+		select {
+		case off := <-wrote:
+			if off < 100<<20 || off > end || off%4096 != 0 {
+				t.Errorf("zeros at %d: want at the writer's end (%d at most), on a block", off, end)
+			}
+			return
+		case <-time.After(rateWindow + rateWindow/2):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no zeros for a slow writer")
+		}
+	}
 }
