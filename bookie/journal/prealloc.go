@@ -8,7 +8,7 @@ import (
 )
 
 // bulkRate: a writer going at least this fast (bytes per second) gets no
-// zeros ahead (see above). A variable for tests, read when a filler starts.
+// zeros ahead (see below). A variable for tests, read when a filler starts.
 // rateWindow: the writer's rate is taken over windows at least this long,
 // since its groups come in bursts (a write, then the wait for its fsync).
 var bulkRate float64 = 64 << 20
@@ -32,8 +32,8 @@ const rateWindow = 20 * time.Millisecond
 // zeros would double the bytes the disk writes. Only on the operating
 // system's file system, unless asked (Options.ZeroAhead).
 //
-// Nor do small groups in a fast stream: when the writer has gone faster
-// than bulkRate since the filler last looked (large and small groups
+// Nor do small groups in a fast stream: when the writer goes at bulkRate
+// or faster, over the last rateWindow or more (large and small groups
 // mixed, as a full 1 KiB load makes), zeros would be written over again
 // by records within milliseconds, half again the bytes the disk takes (a
 // full-load perf bookie at 1 KiB: 5.4 GB written for 1.8 GB of journal and

@@ -269,7 +269,14 @@ func TestMeasureSyncedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Writes == 0 || r.MBps() <= 0 || r.Latency.Count() != uint64(r.Writes) || r.Elapsed < 200*time.Millisecond {
+	checkMeasured(t, r, 200*time.Millisecond, dir)
+}
+
+// checkMeasured checks a disk measurement of d in dir: writes made and
+// each timed, bandwidth, at least d, and its files removed.
+func checkMeasured(t *testing.T, r *syncedWrites, d time.Duration, dir string) {
+	t.Helper()
+	if r.Writes == 0 || r.MBps() <= 0 || r.Latency.Count() != uint64(r.Writes) || r.Elapsed < d {
 		t.Fatalf("%d writes, %.1f MB/s, %d latencies in %v", r.Writes, r.MBps(), r.Latency.Count(), r.Elapsed)
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
@@ -284,12 +291,7 @@ func TestMeasureDirectWrites(t *testing.T) {
 	if err != nil {
 		t.Fatalf("O_DIRECT writes in %s: %v", dir, err)
 	}
-	if r.Writes == 0 || r.MBps() <= 0 || r.Latency.Count() != uint64(r.Writes) || r.Elapsed < 200*time.Millisecond {
-		t.Fatalf("%d writes, %.1f MB/s, %d latencies in %v", r.Writes, r.MBps(), r.Latency.Count(), r.Elapsed)
-	}
-	if left, _ := os.ReadDir(dir); len(left) != 0 {
-		t.Errorf("left %d files behind", len(left))
-	}
+	checkMeasured(t, r, 200*time.Millisecond, dir)
 }
 
 // TestMeasureTwiceWrites: a journal stream of synced groups with an
@@ -301,12 +303,7 @@ func TestMeasureTwiceWrites(t *testing.T) {
 	if err != nil {
 		t.Fatalf("each byte twice in %s: %v", dir, err)
 	}
-	if r.Writes == 0 || r.MBps() <= 0 || r.Latency.Count() != uint64(r.Writes) || r.Elapsed < 200*time.Millisecond {
-		t.Fatalf("%d writes, %.1f MB/s, %d latencies in %v", r.Writes, r.MBps(), r.Latency.Count(), r.Elapsed)
-	}
-	if left, _ := os.ReadDir(dir); len(left) != 0 {
-		t.Errorf("left %d files behind", len(left))
-	}
+	checkMeasured(t, r, 200*time.Millisecond, dir)
 	_, err = measureTwiceWrites(context.Background(), filepath.Join(dir, "missing"), 256<<10, time.Second)
 	if err == nil || errors.Is(err, errDirectUnsupported) {
 		t.Errorf("in a missing directory: %v", err)

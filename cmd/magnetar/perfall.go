@@ -105,11 +105,12 @@ func newPerfAllCommand(a *app) *cobra.Command {
    durable, one writer taking every message waiting (group commit): the
    least a broker that acknowledges after fsync does, with this client on
    this machine; and the batched Pulsar produce against it, the most any
-   such broker gives this client here. Then the Kafka produce (4 and 1 partitions) and publish
-   latency loads against a durable no-op Kafka broker: topics in memory,
-   each produce request's record batches written to such a file and
-   answered once fdatasync made them durable (each byte written once,
-   where Magnetar writes it twice, to its journal and its entry logs).
+   such broker gives this client here. Then the Kafka produce (4 and 1
+   partitions) and publish latency loads against a durable no-op Kafka
+   broker: topics in memory, each produce request's record batches
+   written to such a file and answered once fdatasync made them durable
+   (each byte written once, where Magnetar writes it twice, to its
+   journal and its entry logs).
    The durable no-op brokers are this binary's hidden command
    ` + "`magnetar perf noop-broker`" + `, started as a child process as the
    standalone is, so that they and Magnetar run alike.
@@ -2067,18 +2068,18 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 			}
 			return nil
 		})
-	for _, p := range []struct{ what, load string }{{"4 partitions", loadProduce4}, {"1 partition", loadProduce1}} {
+	for _, p := range []struct {
+		what string
+		figs benchFigures
+		load string
+	}{{"Kafka produce, 4 partitions", res.noopKafka, loadProduce4}, {"Kafka produce, 1 partition", res.noopKafka, loadProduce1},
+		{"Pulsar produce, batching", res.noopDurable, loadPulsarBatch}} {
 		cell := "-"
-		if f := res.noopKafka[p.load]; f != nil {
+		if f := p.figs[p.load]; f != nil {
 			cell = fmt.Sprintf("%.2f", figMBps(f))
 		}
-		t.rows = append(t.rows, []string{"limit: Kafka produce, " + p.what + ", to a durable no-op broker (group commit + fdatasync), MB/s", cell, "", "", "", "", ""})
+		t.rows = append(t.rows, []string{"limit: " + p.what + ", to a durable no-op broker (group commit + fdatasync), MB/s", cell, "", "", "", "", ""})
 	}
-	cell := "-"
-	if f := res.noopDurable[loadPulsarBatch]; f != nil {
-		cell = fmt.Sprintf("%.2f", figMBps(f))
-	}
-	t.rows = append(t.rows, []string{"limit: Pulsar produce, batching, to a durable no-op broker (group commit + fdatasync), MB/s", cell, "", "", "", "", ""})
 	limitRow("disk, 64 KiB writes + fdatasync after the Magnetar loads, MB/s", res.disk64KAfter, (*syncedWrites).MBps, "%.2f")
 	limitRow("fsync latency (64 KiB) after the Magnetar loads, p99 ms", res.disk64KAfter, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
 	valueRow := func(measure string, v float64, format string) { // 0: not measured

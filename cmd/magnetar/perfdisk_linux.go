@@ -16,12 +16,12 @@ import (
 // do), so it measures the disk without the cost of page-cache pages. It
 // returns errDirectUnsupported where the file system refuses O_DIRECT.
 func measureDirectWrites(ctx context.Context, dir string, block int, d time.Duration) (*syncedWrites, error) {
-	f, buf, err := createDirect(dir, "disk-baseline-direct", block)
+	f, err := createDirect(dir, "disk-baseline-direct")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r, err := syncedWriteLoop(ctx, f.Write, func() error { return syscall.Fdatasync(int(f.Fd())) }, buf, d)
+	r, err := syncedWriteLoop(ctx, f.Write, func() error { return syscall.Fdatasync(int(f.Fd())) }, alignedPattern(block), d)
 	return r, directErr(dir, err)
 }
 
@@ -37,16 +37,17 @@ func measureDirectWrites(ctx context.Context, dir string, block int, d time.Dura
 // includes the final fdatasync: no bookie that keeps both copies on this
 // disk adds faster. errDirectUnsupported where O_DIRECT is refused.
 func measureTwiceWrites(ctx context.Context, dir string, block int, d time.Duration) (*syncedWrites, error) {
-	journal, jbuf, err := createDirect(dir, "disk-baseline-journal", block)
+	journal, err := createDirect(dir, "disk-baseline-journal")
 	if err != nil {
 		return nil, err
 	}
 	defer journal.Close()
-	entryLog, ebuf, err := createDirect(dir, "disk-baseline-entrylog", block)
+	entryLog, err := createDirect(dir, "disk-baseline-entrylog")
 	if err != nil {
 		return nil, err
 	}
 	defer entryLog.Close()
+	buf := alignedPattern(block) // both files write it; writes only read it
 
 	synced := make(chan struct{}, 64) // a token per group the journal synced
 	logDone := make(chan error, 1)
@@ -54,7 +55,7 @@ func measureTwiceWrites(ctx context.Context, dir string, block int, d time.Durat
 		var err error
 		for range synced {
 			if err == nil {
-				_, err = entryLog.Write(ebuf)
+				_, err = entryLog.Write(buf)
 			}
 		}
 		if err == nil {
@@ -69,7 +70,7 @@ func measureTwiceWrites(ctx context.Context, dir string, block int, d time.Durat
 		}
 		synced <- struct{}{}
 		return nil
-	}, jbuf, d)
+	}, buf, d)
 	close(synced)
 	err = errors.Join(err, <-logDone)
 	if err != nil {
@@ -80,23 +81,27 @@ func measureTwiceWrites(ctx context.Context, dir string, block int, d time.Durat
 }
 
 // createDirect creates (truncates) name in dir with O_DIRECT, removed when
-// closed, and returns it with a block-sized buffer of pattern bytes
-// aligned for O_DIRECT.
-func createDirect(dir, name string, block int) (*removeOnClose, []byte, error) {
+// closed.
+func createDirect(dir, name string) (*removeOnClose, error) {
 	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_DIRECT, 0o644)
 	if err != nil {
 		os.Remove(path) // O_CREATE makes it even when O_DIRECT is then refused
-		return nil, nil, directErr(dir, err)
+		return nil, directErr(dir, err)
 	}
-	// O_DIRECT wants memory aligned to the device's block size; 4 KiB is
-	// a multiple of the common ones, and block a multiple of it.
+	return &removeOnClose{f}, nil
+}
+
+// alignedPattern is a block-sized buffer of pattern bytes aligned for
+// O_DIRECT, which wants memory aligned to the device's block size; 4 KiB
+// is a multiple of the common ones, and block a multiple of it.
+func alignedPattern(block int) []byte {
 	const align = 4096
 	raw := make([]byte, block+align)
 	skip := (align - int(uintptr(unsafe.Pointer(&raw[0]))%align)) % align
 	buf := raw[skip : skip+block]
 	fillPattern(buf)
-	return &removeOnClose{f}, buf, nil
+	return buf
 }
 
 // removeOnClose is a file removed once closed.
