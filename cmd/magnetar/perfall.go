@@ -105,7 +105,8 @@ func newPerfAllCommand(a *app) *cobra.Command {
    durable, one writer taking every message waiting (group commit): the
    least a broker that acknowledges after fsync does, with this client on
    this machine; and the batched Pulsar produce against it, the most any
-   such broker gives this client here. Then the Kafka produce (4 and 1
+   such broker gives this client here, with the CPU time the client (this
+   process) and the broker (from /proc/<pid>/stat) used per MB. Then the Kafka produce (4 and 1
    partitions) and publish latency loads against a durable no-op Kafka
    broker: topics in memory, each produce request's record batches
    written to such a file and answered once fdatasync made them durable
@@ -126,7 +127,8 @@ func newPerfAllCommand(a *app) *cobra.Command {
      time, and a consumer tailing the topic times its receipt.
      Pulsar (pulsar-client-go): publish latency at 5,000 and 20,000 msg/s,
      batching off; end to end at the same rates; produce with batching,
-     closed loop; perf-all-topics topics with one producer each, publishing
+     closed loop, with the client's and the standalone's CPU per MB;
+     perf-all-topics topics with one producer each, publishing
      perf-all-topics-rate msg/s in all (and how long creating the producers
      took).
      Last, the memory of perf-all-partitions open partitions, each with one
@@ -565,7 +567,7 @@ func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io
 		return err
 	}
 	defer client.Close()
-	steps = append(steps, b.pulsarSteps(client, res.magnetar)...)
+	steps = append(steps, b.pulsarSteps(client, res.magnetar, sa.cmd.Process.Pid)...)
 	// Last: the memory it then holds is what the goal is about, after
 	// every other load has had its turn.
 	steps = append(steps, benchStep{loadPartitions, func(ctx context.Context) (err error) {
@@ -734,20 +736,21 @@ func (b *benchRun) runNoopPulsar(ctx context.Context, figs benchFigures) error {
 		return err
 	}
 	defer s.Close()
-	return b.runNoopPulsarLoads(ctx, "no-op pulsar", s.URL(), figs, false)
+	return b.runNoopPulsarLoads(ctx, "no-op pulsar", s.URL(), figs, 0)
 }
 
 // runNoopPulsarLoads runs the Pulsar publish latency loads against the
-// broker at url, called name, and with batched, the batched produce too.
-func (b *benchRun) runNoopPulsarLoads(ctx context.Context, name, url string, figs benchFigures, batched bool) error {
+// broker at url, called name, and with batchedPID (the broker's process,
+// a child) above 0, the batched produce too.
+func (b *benchRun) runNoopPulsarLoads(ctx context.Context, name, url string, figs benchFigures, batchedPID int) error {
 	client, err := newBenchPulsarClient(b.log, url)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	steps := b.pulsarPublishSteps(client, "noop-", figs)
-	if batched {
-		steps = append(steps, b.pulsarBatchStep(client, "noop-", figs))
+	if batchedPID > 0 {
+		steps = append(steps, b.pulsarBatchStep(client, "noop-", figs, batchedPID))
 	}
 	return b.runSteps(ctx, name, steps, nil)
 }
@@ -787,7 +790,7 @@ func (b *benchRun) runDurableNoop(ctx context.Context, exe, protocol, dir string
 		}
 	}()
 	if protocol == "pulsar" {
-		return b.runNoopPulsarLoads(ctx, name, "pulsar://"+c.ready.Addr, figs, true)
+		return b.runNoopPulsarLoads(ctx, name, "pulsar://"+c.ready.Addr, figs, c.cmd.Process.Pid)
 	}
 	var steps []benchStep
 	for _, st := range b.kafkaSteps(name, []string{c.ready.Addr}, figs) {
@@ -1142,8 +1145,8 @@ func (b *benchRun) pulsarPublishSteps(client pulsar.Client, prefix string, figs 
 }
 
 // pulsarSteps are the Pulsar loads through client, whose results go into
-// figs.
-func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures) []benchStep {
+// figs; pid is the broker's process.
+func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures, pid int) []benchStep {
 	steps := b.pulsarPublishSteps(client, "bench-", figs)
 	for _, r := range benchRates {
 		name := loadAt("pulsar-e2e", r.rate)
@@ -1153,7 +1156,7 @@ func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures) []benchS
 		}})
 	}
 	return append(steps,
-		b.pulsarBatchStep(client, "bench-", figs),
+		b.pulsarBatchStep(client, "bench-", figs, pid),
 		benchStep{loadTopics, func(ctx context.Context) (err error) {
 			figs[loadTopicsCreate], figs[loadTopics], err = b.pulsarTopics(ctx, client)
 			return err
@@ -1161,13 +1164,83 @@ func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures) []benchS
 }
 
 // pulsarBatchStep is the batched Pulsar produce through client, on a topic
-// named with prefix, its result going into figs.
-func (b *benchRun) pulsarBatchStep(client pulsar.Client, prefix string, figs benchFigures) benchStep {
-	return benchStep{loadPulsarBatch, func(ctx context.Context) (err error) {
-		figs[loadPulsarBatch], err = b.pulsarProduce(ctx, client, prefix+loadPulsarBatch, true, 0)
+// named with prefix, its result going into figs, with the CPU time of this
+// process (the client's) and of the broker's process pid over the run.
+// The two CPUs are what this load shares: where they go says what a
+// broker can still give the client.
+func (b *benchRun) pulsarBatchStep(client pulsar.Client, prefix string, figs benchFigures, pid int) benchStep {
+	return benchStep{loadPulsarBatch, func(ctx context.Context) error {
+		cpu0 := processCPU()
+		broker0, brokerErr := procCPU(pid)
+		res, err := b.pulsarProduce(ctx, client, prefix+loadPulsarBatch, true, 0)
+		if res != nil {
+			res.CPU = processCPU() - cpu0
+			if broker1, err1 := procCPU(pid); brokerErr == nil && err1 == nil {
+				res.BrokerCPU = broker1 - broker0
+				fmt.Fprintf(b.out, "CPU per MB acknowledged: the client %.3f ms, the broker %.3f ms\n",
+					cpuPerMB(res, res.CPU), cpuPerMB(res, res.BrokerCPU))
+			} else {
+				b.log.Warn("perf all: the broker's CPU time could not be read", "pid", pid, "err", errors.Join(brokerErr, err1))
+			}
+		}
+		figs[loadPulsarBatch] = res
 		return err
 	}}
 }
+
+// batchCPUPerMB is the CPU per MB of Magnetar's batched Pulsar produce
+// that cpu picks (the client's or the standalone's), if measured.
+func batchCPUPerMB(cpu func(*pulsarResult) time.Duration) func(*benchResults) (float64, bool) {
+	return func(res *benchResults) (float64, bool) {
+		r := res.magnetar[loadPulsarBatch]
+		if r == nil {
+			return 0, false
+		}
+		v := cpuPerMB(r, cpu(r))
+		return v, v > 0
+	}
+}
+
+// cpuPerMB is cpu per MB of the messages res acknowledged over the whole
+// run (warm-up included, as the CPU times are), in ms; 0 when either is
+// unknown.
+func cpuPerMB(res *pulsarResult, cpu time.Duration) float64 {
+	if res == nil || cpu <= 0 || res.Total == 0 {
+		return 0
+	}
+	return ms(cpu) / (float64(res.Total*benchMessageSize) / 1e6)
+}
+
+// procCPU is the CPU time (user and system) process pid has used, from
+// /proc/<pid>/stat (Linux), in the kernel's clock ticks of 1/100 s.
+func procCPU(pid int) (time.Duration, error) {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// the fields counted are those after its last ')'. utime and stime
+	// are fields 14 and 15, so the 12th and 13th after it.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("%s: %q: not the fields of a process's stat", path, b)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: utime or stime %q: %w", path, s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / userHZ), nil
+}
+
+// userHZ is the unit of /proc's CPU times: 100 per second on every Linux
+// architecture (USER_HZ, whatever the kernel's own HZ).
+const userHZ = 100
 
 func (b *benchRun) produceLoad(rate float64) produceLoad {
 	return produceLoad{MessageSize: benchMessageSize, Duration: b.cfg.Duration, Warmup: b.cfg.Warmup,
@@ -1762,7 +1835,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a produce goal on the disk is unattainable when the durable no-op Kafka broker's produce misses it too, and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a produce goal on the disk is unattainable when the durable no-op Kafka broker's produce misses it too, and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1944,6 +2017,10 @@ func benchRows(cfg perfAllConfig) []benchRow {
 			goals:    []goal{{than: loadProduce1, min: 0.8, text: "≥ 0.8× Kafka 1 partition"}},
 			ceilings: []string{noopDurableBatchLimit}},
 		benchRow{measure: "Pulsar produce, batching, msg/s", load: loadPulsarBatch, figure: figRate, format: "%.0f"},
+		benchRow{measure: "Pulsar produce, batching, the client's CPU per MB, ms", format: "%.3f",
+			derived: batchCPUPerMB(func(r *pulsarResult) time.Duration { return r.CPU })},
+		benchRow{measure: "Pulsar produce, batching, the standalone's CPU per MB, ms", format: "%.3f",
+			derived: batchCPUPerMB(func(r *pulsarResult) time.Duration { return r.BrokerCPU })},
 		benchRow{measure: topics + ", creating them, s", load: loadTopicsCreate, figure: figSecs, format: "%.2f"},
 		benchRow{measure: topics + ", msg/s", load: loadTopics, figure: figRate, format: "%.0f"},
 		benchRow{measure: topics + ", p99 ms", load: loadTopics, figure: figQuantile(0.99), format: "%.3f", limit: "fsync"},
@@ -2079,6 +2156,19 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 			cell = fmt.Sprintf("%.2f", figMBps(f))
 		}
 		t.rows = append(t.rows, []string{"limit: " + p.what + ", to a durable no-op broker (group commit + fdatasync), MB/s", cell, "", "", "", "", ""})
+	}
+	batch := res.noopDurable[loadPulsarBatch]
+	for _, c := range []struct {
+		who string
+		cpu func(*pulsarResult) time.Duration
+	}{{"the client's", func(r *pulsarResult) time.Duration { return r.CPU }}, {"the broker's", func(r *pulsarResult) time.Duration { return r.BrokerCPU }}} {
+		cell := "-"
+		if batch != nil {
+			if v := cpuPerMB(batch, c.cpu(batch)); v > 0 {
+				cell = fmt.Sprintf("%.3f", v)
+			}
+		}
+		t.rows = append(t.rows, []string{"limit: Pulsar produce, batching, to a durable no-op broker, " + c.who + " CPU per MB, ms", cell, "", "", "", "", ""})
 	}
 	limitRow("disk, 64 KiB writes + fdatasync after the Magnetar loads, MB/s", res.disk64KAfter, (*syncedWrites).MBps, "%.2f")
 	limitRow("fsync latency (64 KiB) after the Magnetar loads, p99 ms", res.disk64KAfter, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")

@@ -95,6 +95,8 @@ func perfAllMeasures(topics, partitions int) []string {
 		"limit: Kafka produce, 4 partitions, to a durable no-op broker (group commit + fdatasync), MB/s",
 		"limit: Kafka produce, 1 partition, to a durable no-op broker (group commit + fdatasync), MB/s",
 		"limit: Pulsar produce, batching, to a durable no-op broker (group commit + fdatasync), MB/s",
+		"limit: Pulsar produce, batching, to a durable no-op broker, the client's CPU per MB, ms",
+		"limit: Pulsar produce, batching, to a durable no-op broker, the broker's CPU per MB, ms",
 		"limit: loopback TCP, MB/s",
 		"limit: disk, 64 KiB writes + fdatasync after the Magnetar loads, MB/s",
 		"limit: fsync latency (64 KiB) after the Magnetar loads, p99 ms",
@@ -117,13 +119,14 @@ func checkPerfAllTable(t *testing.T, out string) {
 		t.Fatalf("no results table in:\n%s", out)
 	}
 	measures := perfAllMeasures(10, 30)
-	// 28 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
+	// 30 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
 	// and warm, the client's CPU and bound (4), publish at 2 rates × (3
 	// quantiles, the broker's share ×2), end to end at 2 rates × 3
-	// quantiles; Pulsar: the same latencies, batched produce (2), 10
-	// topics (3); 30 partitions open (5).
-	if len(measures) != 28+4+4+10+6+10+6+2+3+5 {
-		t.Fatalf("%d rows, want 78: %q", len(measures), measures)
+	// quantiles; Pulsar: the same latencies, batched produce (MB/s, msg/s,
+	// the client's and the standalone's CPU per MB), 10 topics (3); 30
+	// partitions open (5).
+	if len(measures) != 30+4+4+10+6+10+6+4+3+5 {
+		t.Fatalf("%d rows, want 82: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
@@ -516,6 +519,66 @@ func TestPerfAllPulsarBatchCeiling(t *testing.T) {
 				t.Errorf("status %q, limit %q; want %q, %q", status, limit, tc.status, tc.limit)
 			}
 		})
+	}
+}
+
+// TestPerfAllBatchCPU: the batched produce's CPU rows, per MB of the
+// messages acknowledged; "-" where a CPU time was not measured.
+func TestPerfAllBatchCPU(t *testing.T) {
+	// 2,000 messages of 1 KiB: 2.048 MB.
+	run := func(client, broker time.Duration) *pulsarResult {
+		return &pulsarResult{Total: 2000, Messages: 1, Bytes: 1e6, Elapsed: time.Second, CPU: client, BrokerCPU: broker}
+	}
+	res := &benchResults{magnetar: benchFigures{loadPulsarBatch: run(4096*time.Microsecond, 0)}, kfake: benchFigures{},
+		noopDurable: benchFigures{loadPulsarBatch: run(2048*time.Microsecond, 1024*time.Microsecond)}}
+	tab := benchTable(res, perfAllConfig{Topics: 10, Partitions: 10})
+	want := map[string]string{
+		"Pulsar produce, batching, the client's CPU per MB, ms":                                   "2.000",
+		"Pulsar produce, batching, the standalone's CPU per MB, ms":                               "-",
+		"limit: Pulsar produce, batching, to a durable no-op broker, the client's CPU per MB, ms": "1.000",
+		"limit: Pulsar produce, batching, to a durable no-op broker, the broker's CPU per MB, ms": "0.500",
+	}
+	for _, r := range tab.rows {
+		if w, ok := want[r[0]]; ok {
+			if r[1] != w {
+				t.Errorf("%s: %q, want %q", r[0], r[1], w)
+			}
+			delete(want, r[0])
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("rows missing: %v", want)
+	}
+}
+
+// TestProcCPU: a child's CPU time read from /proc grows as it spins; a
+// process that does not exist is an error.
+func TestProcCPU(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	start, err := procCPU(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		now, err := procCPU(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now-start >= 100*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a spinning child used %v of CPU in 30 s by /proc", now-start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := procCPU(-1); err == nil {
+		t.Error("procCPU(-1): no error")
 	}
 }
 

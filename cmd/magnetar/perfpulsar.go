@@ -621,9 +621,12 @@ type pulsarResult struct {
 	SendLag  latencyHist // produce only: how late each send was against its due time
 	Sent     int64       // produce only: sends made
 	// CPU is this process's CPU time (user and system) over the whole run,
-	// for Kafka consume loads: the client's own cost when the broker is
-	// another process.
-	CPU time.Duration
+	// for Kafka consume loads and perf all's batched Pulsar produce: the
+	// client's own cost when the broker is another process. BrokerCPU is
+	// that broker process's over the same run, when perf all started it
+	// (0: not measured).
+	CPU       time.Duration
+	BrokerCPU time.Duration
 }
 
 // pulsarMeter tallies the messages of a run as they complete, for the
