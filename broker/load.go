@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -48,24 +49,37 @@ type cpuSample struct {
 	ticks int64
 }
 
-// processCPUTicks is the user and system time of this process, in clock
-// ticks (Linux; 0 elsewhere).
-func processCPUTicks() int64 {
-	b, err := os.ReadFile("/proc/self/stat")
+// ProcessCPU is the CPU time (user and system) process pid has used, from
+// /proc/<pid>/stat (Linux; an error elsewhere). The broker reports its
+// own in its load; perf all reads a child broker's.
+func ProcessCPU(pid int) (time.Duration, error) {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0
+		return 0, err
 	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+1:]
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// the fields counted are those after its last ')'. utime and stime
+	// are fields 14 and 15, so the 12th and 13th after it.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%s: %q: not a process's stat", path, b)
 	}
-	f := strings.Fields(s)
+	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, fmt.Errorf("%s: %q: not a process's stat", path, b)
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64) // utime, field 14 of the line
-	k, _ := strconv.ParseInt(f[12], 10, 64) // stime, field 15
-	return u + k
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: utime or stime %q: %w", path, s, err)
+		}
+		ticks += n
+	}
+	// In clock ticks of USER_HZ: 100 per second on every Linux
+	// architecture, whatever the kernel's own HZ.
+	return time.Duration(ticks) * (time.Second / 100), nil
 }
 
 // load measures the broker's load since the previous call.
@@ -89,12 +103,11 @@ func (o *ownership) load() LoadReport {
 		}
 	}
 	o.traffic = next
-	ticks := processCPUTicks()
-	if secs > 0 && o.lastCPU > 0 {
-		const ticksPerSecond = 100 // USER_HZ on Linux
-		r.CPU = float64(ticks-o.lastCPU) / ticksPerSecond / secs / float64(runtime.NumCPU()) * 100
+	cpu, _ := ProcessCPU(os.Getpid()) // 0 where unknown: no CPU figure the next time either
+	if secs > 0 && o.lastCPU > 0 && cpu > 0 {
+		r.CPU = (cpu - o.lastCPU).Seconds() / secs / float64(runtime.NumCPU()) * 100
 	}
-	o.lastCPU, o.lastReport = ticks, now
+	o.lastCPU, o.lastReport = cpu, now
 	return r
 }
 

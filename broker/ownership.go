@@ -162,7 +162,7 @@ type ownership struct {
 	loadMu     sync.Mutex              // guards the load sampling below (load.go)
 	traffic    map[*Topic]topicTraffic // counters at the last load report
 	lastReport time.Time
-	lastCPU    int64
+	lastCPU    time.Duration
 }
 
 // nsOwners caches the owner nodes of one namespace; a watch on the

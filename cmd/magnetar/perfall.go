@@ -1171,14 +1171,14 @@ func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures, pid int)
 func (b *benchRun) pulsarBatchStep(client pulsar.Client, prefix string, figs benchFigures, pid int) benchStep {
 	return benchStep{loadPulsarBatch, func(ctx context.Context) error {
 		cpu0 := processCPU()
-		broker0, brokerErr := procCPU(pid)
+		broker0, brokerErr := broker.ProcessCPU(pid)
 		res, err := b.pulsarProduce(ctx, client, prefix+loadPulsarBatch, true, 0)
 		if res != nil {
 			res.CPU = processCPU() - cpu0
-			if broker1, err1 := procCPU(pid); brokerErr == nil && err1 == nil {
+			if broker1, err1 := broker.ProcessCPU(pid); brokerErr == nil && err1 == nil {
 				res.BrokerCPU = broker1 - broker0
 				fmt.Fprintf(b.out, "CPU per MB acknowledged: the client %.3f ms, the broker %.3f ms\n",
-					cpuPerMB(res, res.CPU), cpuPerMB(res, res.BrokerCPU))
+					cpuPerMB(res, clientCPU), cpuPerMB(res, brokerCPU))
 			} else {
 				b.log.Warn("perf all: the broker's CPU time could not be read", "pid", pid, "err", errors.Join(brokerErr, err1))
 			}
@@ -1189,58 +1189,27 @@ func (b *benchRun) pulsarBatchStep(client pulsar.Client, prefix string, figs ben
 }
 
 // batchCPUPerMB is the CPU per MB of Magnetar's batched Pulsar produce
-// that cpu picks (the client's or the standalone's), if measured.
+// that cpu picks (clientCPU or brokerCPU), if measured.
 func batchCPUPerMB(cpu func(*pulsarResult) time.Duration) func(*benchResults) (float64, bool) {
 	return func(res *benchResults) (float64, bool) {
-		r := res.magnetar[loadPulsarBatch]
-		if r == nil {
-			return 0, false
-		}
-		v := cpuPerMB(r, cpu(r))
+		v := cpuPerMB(res.magnetar[loadPulsarBatch], cpu)
 		return v, v > 0
 	}
 }
 
-// cpuPerMB is cpu per MB of the messages res acknowledged over the whole
-// run (warm-up included, as the CPU times are), in ms; 0 when either is
-// unknown.
-func cpuPerMB(res *pulsarResult, cpu time.Duration) float64 {
-	if res == nil || cpu <= 0 || res.Total == 0 {
+// The CPU times of a batched produce (pulsarBatchStep).
+func clientCPU(r *pulsarResult) time.Duration { return r.CPU }
+func brokerCPU(r *pulsarResult) time.Duration { return r.BrokerCPU }
+
+// cpuPerMB is the CPU time cpu picks of res per MB of the messages res
+// acknowledged over the whole run (warm-up included, as the CPU times
+// are), in ms; 0 when either is unknown.
+func cpuPerMB(res *pulsarResult, cpu func(*pulsarResult) time.Duration) float64 {
+	if res == nil || cpu(res) <= 0 || res.Total == 0 {
 		return 0
 	}
-	return ms(cpu) / (float64(res.Total*benchMessageSize) / 1e6)
+	return ms(cpu(res)) / (float64(res.Total*benchMessageSize) / 1e6)
 }
-
-// procCPU is the CPU time (user and system) process pid has used, from
-// /proc/<pid>/stat (Linux), in the kernel's clock ticks of 1/100 s.
-func procCPU(pid int) (time.Duration, error) {
-	path := fmt.Sprintf("/proc/%d/stat", pid)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold spaces:
-	// the fields counted are those after its last ')'. utime and stime
-	// are fields 14 and 15, so the 12th and 13th after it.
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("%s: %q: not the fields of a process's stat", path, b)
-	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: utime or stime %q: %w", path, s, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * (time.Second / userHZ), nil
-}
-
-// userHZ is the unit of /proc's CPU times: 100 per second on every Linux
-// architecture (USER_HZ, whatever the kernel's own HZ).
-const userHZ = 100
 
 func (b *benchRun) produceLoad(rate float64) produceLoad {
 	return produceLoad{MessageSize: benchMessageSize, Duration: b.cfg.Duration, Warmup: b.cfg.Warmup,
@@ -2018,9 +1987,9 @@ func benchRows(cfg perfAllConfig) []benchRow {
 			ceilings: []string{noopDurableBatchLimit}},
 		benchRow{measure: "Pulsar produce, batching, msg/s", load: loadPulsarBatch, figure: figRate, format: "%.0f"},
 		benchRow{measure: "Pulsar produce, batching, the client's CPU per MB, ms", format: "%.3f",
-			derived: batchCPUPerMB(func(r *pulsarResult) time.Duration { return r.CPU })},
+			derived: batchCPUPerMB(clientCPU)},
 		benchRow{measure: "Pulsar produce, batching, the standalone's CPU per MB, ms", format: "%.3f",
-			derived: batchCPUPerMB(func(r *pulsarResult) time.Duration { return r.BrokerCPU })},
+			derived: batchCPUPerMB(brokerCPU)},
 		benchRow{measure: topics + ", creating them, s", load: loadTopicsCreate, figure: figSecs, format: "%.2f"},
 		benchRow{measure: topics + ", msg/s", load: loadTopics, figure: figRate, format: "%.0f"},
 		benchRow{measure: topics + ", p99 ms", load: loadTopics, figure: figQuantile(0.99), format: "%.3f", limit: "fsync"},
@@ -2157,16 +2126,13 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 		}
 		t.rows = append(t.rows, []string{"limit: " + p.what + ", to a durable no-op broker (group commit + fdatasync), MB/s", cell, "", "", "", "", ""})
 	}
-	batch := res.noopDurable[loadPulsarBatch]
 	for _, c := range []struct {
 		who string
 		cpu func(*pulsarResult) time.Duration
-	}{{"the client's", func(r *pulsarResult) time.Duration { return r.CPU }}, {"the broker's", func(r *pulsarResult) time.Duration { return r.BrokerCPU }}} {
+	}{{"the client's", clientCPU}, {"the broker's", brokerCPU}} {
 		cell := "-"
-		if batch != nil {
-			if v := cpuPerMB(batch, c.cpu(batch)); v > 0 {
-				cell = fmt.Sprintf("%.3f", v)
-			}
+		if v := cpuPerMB(res.noopDurable[loadPulsarBatch], c.cpu); v > 0 {
+			cell = fmt.Sprintf("%.3f", v)
 		}
 		t.rows = append(t.rows, []string{"limit: Pulsar produce, batching, to a durable no-op broker, " + c.who + " CPU per MB, ms", cell, "", "", "", "", ""})
 	}
