@@ -139,10 +139,15 @@ type entryLogs struct {
 
 	readersMu sync.Mutex
 	readers   map[uint64]*logReader
+
+	// drop, if set, drops the page-cache pages of older written bytes
+	// (Options.EntryLogPageCacheKeep). Used under syncMu.
+	drop *dropBehind
 }
 
-// openEntryLogs starts a new current log with id firstID.
-func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, firstID uint64) (*entryLogs, error) {
+// openEntryLogs starts a new current log with id firstID. keep > 0 keeps
+// only the newest keep bytes written in the page cache (dropBehind).
+func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, keep int64, firstID uint64) (*entryLogs, error) {
 	l := &entryLogs{
 		fs:      fs,
 		dir:     dir,
@@ -150,6 +155,9 @@ func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, firstID ui
 		bufSize: bufSize,
 		nextID:  firstID,
 		readers: make(map[uint64]*logReader),
+	}
+	if keep > 0 {
+		l.drop = newDropBehind(fs, keep)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -261,6 +269,9 @@ func (l *entryLogs) writeback() error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return l.failLocked(fmt.Errorf("storage: start writeback of entry log %s: %w", w.path, err))
+	}
+	if l.drop != nil {
+		l.drop.written(w.id, w.path, to)
 	}
 	return nil
 }
@@ -603,6 +614,11 @@ func (l *entryLogs) close() error {
 		l.err = ErrClosed
 	}
 	l.mu.Unlock()
+	if l.drop != nil {
+		l.syncMu.Lock()
+		l.drop.close()
+		l.syncMu.Unlock()
+	}
 
 	l.readersMu.Lock()
 	for id, r := range l.readers {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -18,6 +19,11 @@ const (
 	DefaultGCMinLiveRatio     = 0.5
 	DefaultWriteBufferSize    = 1 << 20
 )
+
+// MinEntryLogPageCacheKeep is the least Options.EntryLogPageCacheKeep
+// (above 0): pages are dropped a few writeback requests (writebackBytes)
+// behind the writer, once written back and clean.
+const MinEntryLogPageCacheKeep = 4 * writebackBytes
 
 // Options configure Open. Zero values take the defaults documented per field.
 type Options struct {
@@ -39,6 +45,13 @@ type Options struct {
 	// EntryLogMaxSize: an entry log is finished and a new one started once
 	// it grows past this size. Default 1 GiB.
 	EntryLogMaxSize int64
+	// EntryLogPageCacheKeep > 0 keeps only the newest this many bytes
+	// written to entry logs in the page cache: older written pages are
+	// dropped (posix_fadvise DONTNEED, on Linux) once written back, so the
+	// page cache is recycled instead of growing with every byte written.
+	// Reads of older entries then go to the disk. Default 0: the page
+	// cache is left to the kernel. At least MinEntryLogPageCacheKeep.
+	EntryLogPageCacheKeep int64
 	// WriteBufferSize is the entry-log write buffer; appends reach the file
 	// when it fills. Default 1 MiB.
 	WriteBufferSize int
@@ -76,6 +89,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.EntryLogMaxSize <= logHeaderSize {
 		return o, errors.New("storage: Options.EntryLogMaxSize too small")
+	}
+	if o.EntryLogPageCacheKeep < 0 || o.EntryLogPageCacheKeep > 0 && o.EntryLogPageCacheKeep < MinEntryLogPageCacheKeep {
+		return o, fmt.Errorf("storage: Options.EntryLogPageCacheKeep %d: 0 (off) or at least %d", o.EntryLogPageCacheKeep, MinEntryLogPageCacheKeep)
 	}
 	if o.WriteBufferSize == 0 {
 		o.WriteBufferSize = DefaultWriteBufferSize
