@@ -31,6 +31,7 @@ var bookieStorageSettings = []setting{
 	{"journal-direct-io", "true", "bool", "write journal records with O_DIRECT (not through the page cache, which only recovery would read); where the file system refuses it (at open or at the first write), the bookie logs a warning and uses the page cache"},
 	{"journal-reuse-files", "2", "count", "journal files a checkpoint released that are kept to be written over by later files (cheaper fsyncs, no deletions on the write path); others are deleted gradually; 0 deletes them all"},
 	{"entry-log-max-size", "1073741824", "bytes", "start a new entry log when the current one passes this size"},
+	{"entry-log-page-cache-keep", "0", "bytes", "keep only the newest this many written bytes of entry logs in the page cache, dropping older pages once written back (Linux); reads of older entries then go to the disk; 0 leaves the page cache to the kernel"},
 	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files released"},
 	{"gc-interval", "60s", "duration", "how often the space of deleted ledgers is reclaimed"},
 	{"gc-min-live-ratio", "0.5", "ratio", "compact an entry log when less than this fraction of it is still live"},
@@ -107,6 +108,14 @@ func parsePositiveInt(s string) (int64, error) {
 	return n, nil
 }
 
+func parsePageCacheKeep(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > 0 && n < storage.MinEntryLogPageCacheKeep {
+		return 0, fmt.Errorf("want 0 (off) or a number of bytes from %d", storage.MinEntryLogPageCacheKeep)
+	}
+	return n, nil
+}
+
 func parseRatio(s string) (float64, error) {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || f < 0 || f > 1 {
@@ -155,6 +164,9 @@ func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) 
 	o.Journal = journal.Options{MaxGroupBytes: int(groupBytes), MaxGroupWait: groupWait, NoFlushWhenQueueEmpty: !flushEmpty,
 		RecycledFiles: reuse, BufferedIO: !direct}
 	if o.EntryLogMaxSize, err = check(sv, s("entry-log-max-size"), parsePositiveInt); err != nil {
+		return o, err
+	}
+	if o.EntryLogPageCacheKeep, err = check(sv, s("entry-log-page-cache-keep"), parsePageCacheKeep); err != nil {
 		return o, err
 	}
 	if o.CheckpointInterval, err = check(sv, s("checkpoint-interval"), parsePositiveDuration); err != nil {

@@ -90,6 +90,8 @@ func TestPrecedence(t *testing.T) {
 			func(r inProcess) string { return loggerLevel(r.app.logger) }},
 		{"journal-direct-io", "true", "false", "true", "false",
 			func(r inProcess) string { return strconv.FormatBool(!r.cfg.BookieStorage.Journal.BufferedIO) }},
+		{"entry-log-page-cache-keep", "0", "4194304", "8388608", "16777216",
+			func(r inProcess) string { return strconv.FormatInt(r.cfg.BookieStorage.EntryLogPageCacheKeep, 10) }},
 	}
 	for _, k := range keys {
 		env := lookupSettingAll(k.name).env()
@@ -224,6 +226,7 @@ func equalConfig(a, b standaloneConfig) bool {
 		a.BookieListen == b.BookieListen && a.BookieStorage.Dir == b.BookieStorage.Dir &&
 		a.BookieStorage.NoSync == b.BookieStorage.NoSync && equalJournal(a.BookieStorage.Journal, b.BookieStorage.Journal) &&
 		a.BookieStorage.EntryLogMaxSize == b.BookieStorage.EntryLogMaxSize &&
+		a.BookieStorage.EntryLogPageCacheKeep == b.BookieStorage.EntryLogPageCacheKeep &&
 		a.BookieStorage.CheckpointInterval == b.BookieStorage.CheckpointInterval &&
 		a.BookieStorage.GCInterval == b.BookieStorage.GCInterval && a.BookieStorage.GCMinLiveRatio == b.BookieStorage.GCMinLiveRatio
 }
@@ -294,6 +297,10 @@ func TestInvalidInvocations(t *testing.T) {
 			want: []string{`invalid journal-sync "yes" (from environment MAGNETAR_JOURNAL_SYNC): want true or false`}},
 		{name: "bool from file", args: []string{"standalone"}, file: "journal-sync: yes please\n",
 			want: []string{`invalid journal-sync "yes please" (from config file `}},
+		{name: "page cache keep too small", args: []string{"standalone", "--entry-log-page-cache-keep", "4096"},
+			want: []string{`invalid entry-log-page-cache-keep "4096" (from flag --entry-log-page-cache-keep): want 0 (off) or a number of bytes from 2097152`}},
+		{name: "page cache keep negative", args: []string{"bookie"}, env: map[string]string{"MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP": "-1"},
+			want: []string{`invalid entry-log-page-cache-keep "-1" (from environment MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP)`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clearEnv(t)
