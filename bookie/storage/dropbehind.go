@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"math"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -28,6 +30,8 @@ type dropBehind struct {
 	// advise drops the pages of [off, off+n) of f, n == 0 meaning to
 	// the end of the file: dropFilePages, or a test's recorder.
 	advise func(f vfs.File, off, n int64)
+	// disk learns what was dropped, to read it from the disk; may be nil.
+	disk *diskReads
 }
 
 // dropSpan is the byte range [from, to) of the log at path.
@@ -37,8 +41,8 @@ type dropSpan struct {
 	from, to int64
 }
 
-func newDropBehind(fs vfs.FS, keep int64) *dropBehind {
-	return &dropBehind{fs: fs, keep: keep, ends: map[uint64]int64{}, files: map[uint64]vfs.File{}, advise: dropFilePages}
+func newDropBehind(fs vfs.FS, keep int64, disk *diskReads) *dropBehind {
+	return &dropBehind{fs: fs, keep: keep, ends: map[uint64]int64{}, files: map[uint64]vfs.File{}, advise: dropFilePages, disk: disk}
 }
 
 // dropFilePages drops the cached pages of [off, off+n) of f (to the end if
@@ -107,6 +111,11 @@ func (d *dropBehind) drop(log uint64, path string, from, to int64, finished bool
 		d.files[log] = f
 	}
 	d.advise(f, from, n)
+	to = from + n
+	if n == 0 {
+		to = math.MaxInt64
+	}
+	d.disk.setDropped(log, to)
 }
 
 // forget closes log's handle and its bookkeeping.

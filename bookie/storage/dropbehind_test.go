@@ -38,7 +38,7 @@ func TestDropBehindSpans(t *testing.T) {
 		}
 		calls = append(calls, call{fi.Name(), off, n})
 	}
-	d := newDropBehind(fs, 3*mib)
+	d := newDropBehind(fs, 3*mib, nil)
 	d.advise = record
 	d.written(1, "/a", 2*mib)
 	d.written(1, "/a", 2*mib) // nothing new
@@ -72,7 +72,7 @@ func TestDropBehindSpans(t *testing.T) {
 
 	// A log that cannot be opened (removed meanwhile) is passed over.
 	calls = nil
-	d = newDropBehind(fs, 2*mib)
+	d = newDropBehind(fs, 2*mib, nil)
 	d.advise = record
 	d.written(7, "/gone", 3*mib)
 	d.written(8, "/a", 5*mib)
@@ -90,7 +90,7 @@ func TestDropBehindSpans(t *testing.T) {
 
 // With EntryLogPageCacheKeep, the older part of an entry log written
 // through the storage leaves the page cache and the newest part stays;
-// every entry still reads back.
+// every entry still reads back, the dropped ones with O_DIRECT.
 func TestEntryLogPageCacheKeep(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Fatalf("posix_fadvise page dropping is only built on Linux; this is %s", runtime.GOOS)
@@ -135,8 +135,19 @@ func TestEntryLogPageCacheKeep(t *testing.T) {
 	if recent < 0.95 {
 		t.Fatalf("%.0f%% of the newest bytes cached, want them all", 100*recent)
 	}
+	// Every entry reads back; the dropped ones from the disk, in chunks,
+	// leaving the page cache as it was.
 	for i := range int64(n) {
 		checkEntry(t, s, 1, i, size)
+	}
+	s.logs.disk.mu.Lock()
+	reads, off := s.logs.disk.reads, s.logs.disk.off
+	s.logs.disk.mu.Unlock()
+	if off || reads < 16 {
+		t.Fatalf("%d chunks read from the disk (disk reads off: %t), want at least 16 (16 MiB dropped)", reads, off)
+	}
+	if again := residency(t, logs[0], 0, 16<<20); again >= 0.05 {
+		t.Fatalf("%.0f%% of the log's first 16 MiB cached after reading it back, want it read from the disk", 100*again)
 	}
 }
 

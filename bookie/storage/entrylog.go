@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -99,6 +100,38 @@ type logReader struct {
 	f       vfs.File
 	refs    int
 	removed bool
+
+	// direct is the log opened for O_DIRECT reads (diskReads), opened
+	// at the first such read; nil if it could not be.
+	directOnce sync.Once
+	direct     *os.File
+}
+
+// close closes the handles.
+func (r *logReader) close() {
+	r.f.Close()
+	if r.direct != nil {
+		r.direct.Close()
+	}
+}
+
+// directFile is the log (at path) opened for O_DIRECT reads, or nil if it
+// cannot be: not an operating-system file, or O_DIRECT refused, which
+// turns disk reads off for good (logged once).
+func (r *logReader) directFile(l *entryLogs, path string) *os.File {
+	r.directOnce.Do(func() {
+		if r.f.Fd() == vfs.InvalidFd {
+			l.disk.turnOff(l.log, "the storage's files are not operating-system files")
+			return
+		}
+		f, err := openDirectRead(path)
+		if err != nil {
+			l.disk.turnOff(l.log, err.Error())
+			return
+		}
+		r.direct = f
+	})
+	return r.direct
 }
 
 // entryLogs owns the entry-log files: the current log (buffered appends),
@@ -143,12 +176,18 @@ type entryLogs struct {
 	// drop, if set, drops the page-cache pages of older written bytes
 	// (Options.EntryLogPageCacheKeep). Used under syncMu.
 	drop *dropBehind
+	// disk, set with drop, reads dropped bytes from the disk in chunks
+	// (diskread.go).
+	disk *diskReads
+	log  *slog.Logger
 }
 
 // openEntryLogs starts a new current log with id firstID. keep > 0 keeps
-// only the newest keep bytes written in the page cache (dropBehind).
-func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, keep int64, firstID uint64) (*entryLogs, error) {
+// only the newest keep bytes written in the page cache (dropBehind) and
+// reads older ones from the disk (diskReads).
+func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, keep int64, firstID uint64, log *slog.Logger) (*entryLogs, error) {
 	l := &entryLogs{
+		log:     log,
 		fs:      fs,
 		dir:     dir,
 		maxSize: maxSize,
@@ -157,7 +196,8 @@ func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, keep int64
 		readers: make(map[uint64]*logReader),
 	}
 	if keep > 0 {
-		l.drop = newDropBehind(fs, keep)
+		l.disk = newDiskReads()
+		l.drop = newDropBehind(fs, keep, l.disk)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -445,6 +485,12 @@ func (l *entryLogs) read(loc location) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l.disk.wanted(loc.log, loc.offset, int64(len(e))) {
+		if f := r.directFile(l, l.path(loc.log)); f != nil && l.disk.read(loc.log, loc.offset, e, f.ReadAt) {
+			l.release(loc.log, r)
+			return e, nil
+		}
+	}
 	n, err := r.f.ReadAt(e, loc.offset)
 	l.release(loc.log, r)
 	if n < len(e) {
@@ -480,7 +526,7 @@ func (l *entryLogs) release(id uint64, r *logReader) {
 	defer l.readersMu.Unlock()
 	r.refs--
 	if r.refs == 0 && r.removed {
-		r.f.Close()
+		r.close()
 	}
 }
 
@@ -495,12 +541,13 @@ func (l *entryLogs) remove(id uint64, stop <-chan struct{}) error {
 		delete(l.readers, id)
 		r.removed = true
 		if r.refs == 0 {
-			r.f.Close()
+			r.close()
 		} else {
 			gradual = false // its cuts would show in the reads
 		}
 	}
 	l.readersMu.Unlock()
+	l.disk.forget(id)
 	var err error
 	if gradual {
 		var stopped bool
@@ -625,7 +672,7 @@ func (l *entryLogs) close() error {
 		delete(l.readers, id)
 		r.removed = true
 		if r.refs == 0 {
-			r.f.Close()
+			r.close()
 		}
 	}
 	l.readersMu.Unlock()

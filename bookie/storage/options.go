@@ -49,8 +49,9 @@ type Options struct {
 	// written to entry logs in the page cache: older written pages are
 	// dropped (posix_fadvise DONTNEED, on Linux) once written back, so the
 	// page cache is recycled instead of growing with every byte written.
-	// Reads of older entries then go to the disk. Default 0: the page
-	// cache is left to the kernel. At least MinEntryLogPageCacheKeep.
+	// Reads of older entries then go to the disk, with O_DIRECT into the
+	// storage's own buffers (diskread.go). Default 0: the page cache is
+	// left to the kernel. At least MinEntryLogPageCacheKeep.
 	EntryLogPageCacheKeep int64
 	// WriteBufferSize is the entry-log write buffer; appends reach the file
 	// when it fills. Default 1 MiB.

@@ -1,0 +1,233 @@
+package storage
+
+import (
+	"log/slog"
+	"math"
+	"sync"
+	"unsafe"
+)
+
+// Chunked reads from the disk of entry-log bytes the page cache no longer
+// holds (design note 0010). With EntryLogPageCacheKeep, dropBehind drops
+// written pages behind the writer; a consumer catching up then reads them
+// back. Read through the page cache, each read takes fresh page-cache
+// pages again, which on a virtual machine whose host backs memory lazily
+// costs as much as the write saved. So reads below a log's dropped mark
+// bypass the page cache: the chunk holding the entry is read with
+// O_DIRECT into one of a few buffers of our own, reused for every chunk,
+// and the entry is copied out of it. Reads of neighbouring entries (a
+// catch-up reader's next entry, or another partition's, interleaved in the
+// same log) are then served from the chunk: one disk read per chunk.
+//
+// Where O_DIRECT cannot be used (the file system refuses it, or the
+// storage is not on operating-system files), reads go through the page
+// cache as before.
+
+const (
+	// diskChunkSize is the bytes read from the disk at once, at
+	// multiples of it in the log. An entry larger is read through the
+	// page cache.
+	diskChunkSize = 1 << 20
+	// diskChunks is how many chunks are held (64 MiB, allocated as
+	// used): consumers of a log's partitions read it at places as far
+	// apart as their fetches' read-ahead, and each chunk holds entries of
+	// all of them.
+	diskChunks = 64
+	// diskBlock: O_DIRECT offsets, lengths and buffers are multiples of
+	// the logical block size; 4 KiB covers every disk in use.
+	diskBlock = 4096
+)
+
+// diskReads holds the chunks and each log's dropped mark. Safe for
+// concurrent use; a nil *diskReads reads nothing from the disk.
+type diskReads struct {
+	mu   sync.Mutex
+	off  bool      // O_DIRECT refused: read through the page cache
+	cond sync.Cond // a chunk finished loading or was released
+	// dropped[log]: bytes of log below this offset have been dropped from
+	// the page cache (math.MaxInt64: all of them).
+	dropped map[uint64]int64
+	chunks  [diskChunks]diskChunk
+	index   map[chunkKey]*diskChunk // the occupied chunks
+	tick    uint64                  // for least-recently-used eviction
+	// reads counts chunks read from the disk (tests).
+	reads int
+}
+
+// chunkKey names a chunk: the bytes of log from start, a multiple of
+// diskChunkSize.
+type chunkKey struct {
+	log   uint64
+	start int64
+}
+
+// diskChunk is the first n bytes of the chunk key, in buf.
+type diskChunk struct {
+	key      chunkKey
+	n        int
+	buf      []byte // diskChunkSize bytes at a diskBlock-aligned address; nil until first used
+	loading  bool
+	refs     int // readers copying out of buf
+	used     uint64
+	occupied bool // key is in the index
+}
+
+func newDiskReads() *diskReads {
+	d := &diskReads{dropped: map[uint64]int64{}, index: map[chunkKey]*diskChunk{}}
+	d.cond.L = &d.mu
+	return d
+}
+
+// setDropped records that log's bytes below to have been dropped.
+func (d *diskReads) setDropped(log uint64, to int64) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	d.dropped[log] = max(d.dropped[log], to)
+	d.mu.Unlock()
+}
+
+// forget drops log's mark and chunks (the log was removed).
+func (d *diskReads) forget(log uint64) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	delete(d.dropped, log)
+	for i := range d.chunks {
+		if c := &d.chunks[i]; c.occupied && c.key.log == log && !c.loading && c.refs == 0 {
+			delete(d.index, c.key)
+			c.occupied = false
+		}
+	}
+	d.mu.Unlock()
+}
+
+// wanted reports whether [off, off+n) of log is to be read from the disk:
+// it was dropped, and is no larger than a chunk.
+func (d *diskReads) wanted(log uint64, off, n int64) bool {
+	if d == nil || n > diskChunkSize {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.off && off+n <= d.dropped[log]
+}
+
+// turnOff stops reads from the disk for good (O_DIRECT cannot be used),
+// saying why in a warning the first time.
+func (d *diskReads) turnOff(log *slog.Logger, why string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.off {
+		d.off = true
+		log.Warn("storage: entry-log bytes dropped from the page cache are read back through it, since O_DIRECT cannot be used", "reason", why)
+	}
+}
+
+// read copies [off, off+len(e)) of log into e, from the chunks holding
+// it, held or read with readAt (an O_DIRECT read of the log into an
+// aligned buffer, returning the bytes read). ok is false if the bytes are
+// not all in the chunks read (past the end of the file, or a read error):
+// the caller reads them through the page cache instead, which reports what
+// is wrong.
+func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) (ok bool) {
+	end := off + int64(len(e))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for pos := off; pos < end; {
+		start := pos &^ (diskChunkSize - 1)
+		to := min(end, start+diskChunkSize)
+		c := d.chunkLocked(chunkKey{log, start}, to-start, readAt)
+		if c == nil {
+			return false
+		}
+		d.mu.Unlock()
+		copy(e[pos-off:], c.buf[pos-start:to-start])
+		d.mu.Lock()
+		c.refs--
+		d.cond.Broadcast()
+		pos = to
+	}
+	return true
+}
+
+// chunkLocked returns the chunk at key holding at least its first need
+// bytes, with a reference the caller drops; it waits for a chunk being
+// read, and reads one (again, if it was read short before the file grew)
+// into the least recently used buffer. nil: the chunk read failed or is
+// short of need.
+func (d *diskReads) chunkLocked(key chunkKey, need int64, readAt func(buf []byte, off int64) (int, error)) *diskChunk {
+	for {
+		c := d.index[key]
+		switch {
+		case c != nil && c.loading:
+			d.cond.Wait()
+			continue
+		case c != nil && int64(c.n) >= need:
+			c.refs++
+			d.tick++
+			c.used = d.tick
+			return c
+		case c != nil && c.refs > 0: // short, and in use: read it again once free
+			d.cond.Wait()
+			continue
+		case c == nil:
+			if c = d.victimLocked(); c == nil { // every chunk in use
+				d.cond.Wait()
+				continue
+			}
+		}
+		if c.occupied {
+			delete(d.index, c.key)
+		}
+		if c.buf == nil {
+			c.buf = alignedBuf(diskChunkSize, diskBlock)
+		}
+		c.key, c.n, c.loading, c.occupied = key, 0, true, true
+		d.index[key] = c
+		d.reads++
+		d.mu.Unlock()
+		n, err := readAt(c.buf, key.start)
+		d.mu.Lock()
+		c.loading = false
+		d.cond.Broadcast()
+		if err != nil && n <= 0 {
+			delete(d.index, key)
+			c.occupied = false
+			return nil
+		}
+		c.n = n
+		if int64(n) < need {
+			return nil
+		}
+		c.refs++
+		d.tick++
+		c.used = d.tick
+		return c
+	}
+}
+
+// victimLocked is the least recently used chunk nobody is using, or nil.
+func (d *diskReads) victimLocked() *diskChunk {
+	var v *diskChunk
+	oldest := uint64(math.MaxUint64)
+	for i := range d.chunks {
+		c := &d.chunks[i]
+		if !c.occupied {
+			return c
+		}
+		if !c.loading && c.refs == 0 && c.used < oldest {
+			v, oldest = c, c.used
+		}
+	}
+	return v
+}
+
+// alignedBuf is n bytes starting at a multiple of align (a power of two).
+func alignedBuf(n, align int) []byte {
+	b := make([]byte, n+align)
+	skip := (align - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(align))) % align
+	return b[skip : skip+n : skip+n]
+}

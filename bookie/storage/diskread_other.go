@@ -1,0 +1,13 @@
+//go:build !linux
+
+package storage
+
+import (
+	"errors"
+	"os"
+)
+
+// openDirectRead: O_DIRECT reads are only built on Linux.
+func openDirectRead(string) (*os.File, error) {
+	return nil, errors.New("O_DIRECT reads are only built on Linux")
+}

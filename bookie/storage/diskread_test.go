@@ -1,0 +1,208 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// fakeLog is a log's bytes for diskReads.read, counting the chunk reads
+// and checking their alignment as O_DIRECT would.
+type fakeLog struct {
+	data  []byte
+	reads atomic.Int64
+	fail  atomic.Bool
+}
+
+func (f *fakeLog) readAt(buf []byte, off int64) (int, error) {
+	f.reads.Add(1)
+	if off%diskBlock != 0 || len(buf)%diskBlock != 0 {
+		return 0, errors.New("unaligned O_DIRECT read")
+	}
+	if f.fail.Load() {
+		return 0, errors.New("disk error")
+	}
+	if off >= int64(len(f.data)) {
+		return 0, nil
+	}
+	return copy(buf, f.data[off:]), nil
+}
+
+func newFakeLog(n int) *fakeLog {
+	f := &fakeLog{data: make([]byte, n)}
+	for i := range f.data {
+		f.data[i] = byte(i*7 + i>>12)
+	}
+	return f
+}
+
+func TestDiskReads(t *testing.T) {
+	const size = 5<<20 + 1234
+	lg := newFakeLog(size)
+	d := newDiskReads()
+	if d.wanted(1, 0, 100) {
+		t.Fatal("wanted before anything was dropped")
+	}
+	d.setDropped(1, 4<<20)
+	for _, tc := range []struct {
+		off, n int64
+		want   bool
+	}{
+		{0, 100, true},
+		{4<<20 - 100, 100, true},
+		{4<<20 - 100, 101, false},       // past the dropped mark
+		{100, diskChunkSize, true},      // across two chunks
+		{100, diskChunkSize + 1, false}, // larger than a chunk
+	} {
+		if got := d.wanted(1, tc.off, tc.n); got != tc.want {
+			t.Errorf("wanted [%d, +%d) = %t, want %t", tc.off, tc.n, got, tc.want)
+		}
+	}
+	if d.wanted(2, 0, 100) {
+		t.Error("wanted from a log nothing of which was dropped")
+	}
+	var nilReads *diskReads
+	if nilReads.wanted(1, 0, 1) {
+		t.Error("a nil diskReads wants reads")
+	}
+
+	read := func(off, n int64) bool {
+		t.Helper()
+		e := make([]byte, n)
+		ok := d.read(1, off, e, lg.readAt)
+		if ok && !bytes.Equal(e, lg.data[off:off+n]) {
+			t.Fatalf("read [%d, +%d): wrong bytes", off, n)
+		}
+		return ok
+	}
+	// Sequential 16 KiB entries: one chunk read per MiB.
+	const entry = 16<<10 + 4
+	var off int64
+	for ; off+entry <= 4<<20; off += entry {
+		if !read(off, entry) {
+			t.Fatalf("read [%d, +%d) failed", off, entry)
+		}
+	}
+	if got := lg.reads.Load(); got != 4 {
+		t.Errorf("%d chunk reads for 4 MiB read sequentially, want 4", got)
+	}
+	// Read again in reverse: the last diskChunks chunks are held.
+	before := lg.reads.Load()
+	for off -= entry; off >= 0; off -= entry {
+		read(off, entry)
+	}
+	if got := lg.reads.Load() - before; got != 0 {
+		t.Errorf("%d chunk reads for 4 MiB held in %d chunks", got, diskChunks)
+	}
+	// Past the end of the file: not served, so read through the page
+	// cache, which says what is wrong.
+	d.setDropped(1, 1<<40)
+	if read(size-10, 20) {
+		t.Error("a read past the end of the log was served")
+	}
+	if read(size+diskBlock, 10) {
+		t.Error("a read wholly past the end of the log was served")
+	}
+	// A chunk read short is read again once the log has grown.
+	lg.data = append(lg.data, make([]byte, 1<<20)...)
+	before = lg.reads.Load()
+	if !read(size-10, 20) {
+		t.Error("a read of what the log has since grown by was not served")
+	}
+	if got := lg.reads.Load() - before; got != 1 {
+		t.Errorf("%d chunk reads after the log grew, want 1", got)
+	}
+	// A failed chunk read is not served, nor kept.
+	other := newFakeLog(1 << 20)
+	other.fail.Store(true)
+	d.setDropped(2, 1<<20)
+	e := make([]byte, 100)
+	if d.read(2, 1000, e, other.readAt) {
+		t.Error("a read whose chunk read failed was served")
+	}
+	other.fail.Store(false)
+	if !d.read(2, 1000, e, other.readAt) || !bytes.Equal(e, other.data[1000:1100]) {
+		t.Error("a read after a failed chunk read was not served, or wrong")
+	}
+	if got := other.reads.Load(); got != 2 {
+		t.Errorf("%d chunk reads, want 2 (the failed one, then the one served)", got)
+	}
+	// A removed log's chunks go.
+	d.forget(1)
+	if d.wanted(1, 0, 1) {
+		t.Error("wanted from a forgotten log")
+	}
+	for _, c := range d.chunks {
+		if c.occupied && c.key.log == 1 {
+			t.Fatalf("chunk of forgotten log 1 kept: [%d, +%d)", c.key.start, c.n)
+		}
+	}
+}
+
+// Many readers at once over more places than there are chunks: every
+// read gets its own bytes (run with -race).
+func TestDiskReadsConcurrent(t *testing.T) {
+	logs := []*fakeLog{newFakeLog(24 << 20), newFakeLog(24 << 20)}
+	d := newDiskReads()
+	for id := range logs {
+		d.setDropped(uint64(id), 1<<40)
+	}
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for g := range 16 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 300 {
+				id := r.IntN(len(logs))
+				n := 1 + r.Int64N(64<<10)
+				off := r.Int64N(int64(len(logs[id].data)) - n)
+				e := make([]byte, n)
+				if !d.read(uint64(id), off, e, logs[id].readAt) || !bytes.Equal(e, logs[id].data[off:off+n]) {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := bad.Load(); n != 0 {
+		t.Fatalf("%d of 4800 concurrent reads failed or got wrong bytes", n)
+	}
+	for _, c := range d.chunks {
+		if c.refs != 0 || c.loading {
+			t.Fatalf("chunk left in use: %d refs, loading %t", c.refs, c.loading)
+		}
+	}
+}
+
+// Where O_DIRECT cannot be used (here: files in memory), dropped bytes
+// are read through the file as before, after one warning.
+func TestDiskReadsFallBack(t *testing.T) {
+	var logged bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	s := openT(t, Options{FS: vfs.NewMem(), Dir: "/data", CheckpointInterval: -1, GCInterval: -1, Logger: logger,
+		EntryLogPageCacheKeep: MinEntryLogPageCacheKeep})
+	defer closeT(t, s)
+	const size, n = 16 << 10, 512 // 8 MiB
+	for i := range int64(n) {
+		mustAdd(t, s, 1, i, i-1, size)
+	}
+	for i := range int64(n) {
+		checkEntry(t, s, 1, i, size)
+	}
+	s.logs.disk.mu.Lock()
+	off, reads := s.logs.disk.off, s.logs.disk.reads
+	s.logs.disk.mu.Unlock()
+	if !off || reads != 0 {
+		t.Fatalf("disk reads off %t after %d chunk reads, want off after none", off, reads)
+	}
+	if got := strings.Count(logged.String(), "O_DIRECT cannot be used"); got != 1 {
+		t.Fatalf("%d warnings that O_DIRECT cannot be used, want 1; log:\n%s", got, logged.String())
+	}
+}
