@@ -43,7 +43,7 @@ func testEnsembleChange(t *testing.T, local bool) {
 			t.Parallel()
 			ctx := testCtx(t)
 			cl := newClusterOver(t, 4, local) // three for the ensemble, one spare
-			c := cl.client(func(cfg *Config) { cfg.AddTimeout = 300 * time.Millisecond })
+			c := cl.client(func(cfg *Config) { cfg.AddTimeout = time.Second })
 			w, err := c.CreateLedger(ctx, LedgerOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2})
 			if err != nil {
 				t.Fatal(err)
@@ -92,12 +92,19 @@ func testEnsembleChange(t *testing.T, local bool) {
 				t.Fatal(err)
 			}
 			md := r.Metadata()
-			if len(md.Ensembles) != 2 {
-				t.Fatalf("ensembles %+v, want 2", md.Ensembles)
+			// One change replaces the victim. On a loaded machine an add
+			// to a healthy bookie may also time out and change the
+			// ensemble once more; the last must still be without the
+			// victim, and begin after it failed.
+			if len(md.Ensembles) < 2 {
+				t.Fatalf("ensembles %+v, want a change after the victim failed", md.Ensembles)
 			}
-			second := md.Ensembles[1]
-			if second.FirstEntry < 100 || second.FirstEntry >= n || slices.Contains(second.Bookies, victim.addr) {
-				t.Fatalf("second ensemble %+v (victim %s)", second, victim.addr)
+			if len(md.Ensembles) > 2 {
+				t.Logf("ensembles %+v: more than one change (adds timed out on a loaded machine)", md.Ensembles)
+			}
+			last := md.Ensembles[len(md.Ensembles)-1]
+			if last.FirstEntry < 100 || last.FirstEntry >= n || slices.Contains(last.Bookies, victim.addr) {
+				t.Fatalf("last ensemble %+v (victim %s), want one without the victim from an entry in [100, %d)", last, victim.addr, n)
 			}
 			if md.State != StateClosed || md.LastEntry != n-1 || md.Length != totalLength("ens", n) {
 				t.Fatalf("metadata %+v", md)
