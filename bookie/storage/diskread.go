@@ -33,6 +33,9 @@ const (
 	// apart as their fetches' read-ahead, and each chunk holds entries of
 	// all of them.
 	diskChunks = 64
+	// diskPrefetch is how many chunks after one first used are read in
+	// the background.
+	diskPrefetch = 2
 	// diskBlock: O_DIRECT offsets, lengths and buffers are multiples of
 	// the logical block size; 4 KiB covers every disk in use.
 	diskBlock = 4096
@@ -67,9 +70,10 @@ type diskChunk struct {
 	n        int
 	buf      []byte // diskChunkSize bytes at a diskBlock-aligned address; nil until first used
 	loading  bool
-	refs     int // readers copying out of buf
-	used     uint64
-	occupied bool // key is in the index
+	refs     int    // readers copying out of buf
+	used     uint64 // d.tick when last used
+	used1    bool   // used since read: its successors were prefetched
+	occupied bool   // key is in the index
 }
 
 func newDiskReads() *diskReads {
@@ -157,7 +161,8 @@ func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte
 // bytes, with a reference the caller drops; it waits for a chunk being
 // read, and reads one (again, if it was read short before the file grew)
 // into the least recently used buffer. nil: the chunk read failed or is
-// short of need.
+// short of need. The first use of a chunk starts reads of the next ones
+// (prefetchLocked).
 func (d *diskReads) chunkLocked(key chunkKey, need int64, readAt func(buf []byte, off int64) (int, error)) *diskChunk {
 	for {
 		c := d.index[key]
@@ -166,9 +171,7 @@ func (d *diskReads) chunkLocked(key chunkKey, need int64, readAt func(buf []byte
 			d.cond.Wait()
 			continue
 		case c != nil && int64(c.n) >= need:
-			c.refs++
-			d.tick++
-			c.used = d.tick
+			d.useLocked(c, readAt)
 			return c
 		case c != nil && c.refs > 0: // short, and in use: read it again once free
 			d.cond.Wait()
@@ -179,34 +182,78 @@ func (d *diskReads) chunkLocked(key chunkKey, need int64, readAt func(buf []byte
 				continue
 			}
 		}
-		if c.occupied {
-			delete(d.index, c.key)
-		}
-		if c.buf == nil {
-			c.buf = alignedBuf(diskChunkSize, diskBlock)
-		}
-		c.key, c.n, c.loading, c.occupied = key, 0, true, true
-		d.index[key] = c
-		d.reads++
+		d.startLoadLocked(c, key)
 		d.mu.Unlock()
 		n, err := readAt(c.buf, key.start)
 		d.mu.Lock()
-		c.loading = false
-		d.cond.Broadcast()
-		if err != nil && n <= 0 {
-			delete(d.index, key)
-			c.occupied = false
+		if !d.endLoadLocked(c, n, err) || int64(n) < need {
 			return nil
 		}
-		c.n = n
-		if int64(n) < need {
-			return nil
-		}
-		c.refs++
-		d.tick++
-		c.used = d.tick
+		d.useLocked(c, readAt)
 		return c
 	}
+}
+
+// useLocked takes a reference to c for a read; the first one prefetches.
+func (d *diskReads) useLocked(c *diskChunk, readAt func(buf []byte, off int64) (int, error)) {
+	c.refs++
+	d.tick++
+	c.used = d.tick
+	if !c.used1 {
+		c.used1 = true
+		d.prefetchLocked(c.key, readAt)
+	}
+}
+
+// prefetchLocked starts reading the diskPrefetch chunks after key, those
+// wholly dropped and not held, in the background: a consumer catching up
+// reads on, and finds them read (the kernel's read-ahead does the same
+// for reads through the page cache).
+func (d *diskReads) prefetchLocked(key chunkKey, readAt func(buf []byte, off int64) (int, error)) {
+	for i := range int64(diskPrefetch) {
+		next := chunkKey{key.log, key.start + (i+1)*diskChunkSize}
+		if next.start+diskChunkSize > d.dropped[key.log] || d.index[next] != nil {
+			continue
+		}
+		c := d.victimLocked()
+		if c == nil {
+			return
+		}
+		d.startLoadLocked(c, next)
+		go func() {
+			n, err := readAt(c.buf, next.start)
+			d.mu.Lock()
+			d.endLoadLocked(c, n, err)
+			d.mu.Unlock()
+		}()
+	}
+}
+
+// startLoadLocked makes c the chunk at key, being read.
+func (d *diskReads) startLoadLocked(c *diskChunk, key chunkKey) {
+	if c.occupied {
+		delete(d.index, c.key)
+	}
+	if c.buf == nil {
+		c.buf = alignedBuf(diskChunkSize, diskBlock)
+	}
+	c.key, c.n, c.loading, c.occupied, c.used1 = key, 0, true, true, false
+	d.index[key] = c
+	d.reads++
+}
+
+// endLoadLocked records the read of c: n bytes, or none and a failure,
+// which frees it (false).
+func (d *diskReads) endLoadLocked(c *diskChunk, n int, err error) bool {
+	c.loading = false
+	d.cond.Broadcast()
+	if n <= 0 {
+		delete(d.index, c.key)
+		c.occupied = false
+		return false
+	}
+	c.n = n
+	return true
 }
 
 // victimLocked is the least recently used chunk nobody is using, or nil.

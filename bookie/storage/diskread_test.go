@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -19,10 +20,26 @@ type fakeLog struct {
 	data  []byte
 	reads atomic.Int64
 	fail  atomic.Bool
+
+	mu   sync.Mutex
+	offs map[int64]int // chunk reads per offset
+}
+
+// readsAt is the number of chunk reads at off.
+func (f *fakeLog) readsAt(off int64) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.offs[off]
 }
 
 func (f *fakeLog) readAt(buf []byte, off int64) (int, error) {
 	f.reads.Add(1)
+	f.mu.Lock()
+	if f.offs == nil {
+		f.offs = map[int64]int{}
+	}
+	f.offs[off]++
+	f.mu.Unlock()
 	if off%diskBlock != 0 || len(buf)%diskBlock != 0 {
 		return 0, errors.New("unaligned O_DIRECT read")
 	}
@@ -112,12 +129,12 @@ func TestDiskReads(t *testing.T) {
 	}
 	// A chunk read short is read again once the log has grown.
 	lg.data = append(lg.data, make([]byte, 1<<20)...)
-	before = lg.reads.Load()
+	before5 := lg.readsAt(5 << 20)
 	if !read(size-10, 20) {
 		t.Error("a read of what the log has since grown by was not served")
 	}
-	if got := lg.reads.Load() - before; got != 1 {
-		t.Errorf("%d chunk reads after the log grew, want 1", got)
+	if got := lg.readsAt(5<<20) - before5; got != 1 {
+		t.Errorf("%d reads of the chunk after the log grew, want 1", got)
 	}
 	// A failed chunk read is not served, nor kept.
 	other := newFakeLog(1 << 20)
@@ -143,6 +160,33 @@ func TestDiskReads(t *testing.T) {
 		if c.occupied && c.key.log == 1 {
 			t.Fatalf("chunk of forgotten log 1 kept: [%d, +%d)", c.key.start, c.n)
 		}
+	}
+}
+
+// The first read of a chunk starts reads of the next diskPrefetch ones,
+// wholly dropped, in the background; a reader going on finds them read.
+func TestDiskReadsPrefetch(t *testing.T) {
+	lg := newFakeLog(8 << 20)
+	d := newDiskReads()
+	d.setDropped(1, 3<<20+diskChunkSize/2) // chunks 0 to 2 wholly dropped, 3 partly
+	e := make([]byte, 100)
+	if !d.read(1, 10, e, lg.readAt) {
+		t.Fatal("read of chunk 0 failed")
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for lg.readsAt(1<<20) == 0 || lg.readsAt(2<<20) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("chunks 1 and 2 read %d and %d times after chunk 0 was read, want once each", lg.readsAt(1<<20), lg.readsAt(2<<20))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, off := range []int64{1<<20 + 10, 2<<20 + 10} {
+		if !d.read(1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+100]) {
+			t.Fatalf("read at %d failed or wrong", off)
+		}
+	}
+	if r1, r2, r3 := lg.readsAt(1<<20), lg.readsAt(2<<20), lg.readsAt(3<<20); r1 != 1 || r2 != 1 || r3 != 0 {
+		t.Fatalf("chunks 1, 2, 3 read %d, %d, %d times; want 1, 1 and none (3 is not wholly dropped)", r1, r2, r3)
 	}
 }
 
