@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"errors"
 	"log/slog"
 	"math"
 	"sync"
+	"syscall"
 	"unsafe"
 )
 
@@ -14,14 +16,17 @@ import (
 // pages again, which on a virtual machine whose host backs memory lazily
 // costs as much as the write saved. So reads below a log's dropped mark
 // bypass the page cache: the chunk holding the entry is read with
-// O_DIRECT into one of a few buffers of our own, reused for every chunk,
-// and the entry is copied out of it. Reads of neighbouring entries (a
-// catch-up reader's next entry, or another partition's, interleaved in the
-// same log) are then served from the chunk: one disk read per chunk.
+// O_DIRECT into one of diskChunks buffers of our own, reused least
+// recently used first, and the entry is copied out of it. Reads of
+// neighbouring entries (a catch-up reader's next entry, or another
+// partition's, interleaved in the same log) are then served from the
+// chunk: one disk read per chunk. The first use of a chunk reads the next
+// ones in the background, as the kernel reads ahead through the page
+// cache.
 //
-// Where O_DIRECT cannot be used (the file system refuses it, or the
-// storage is not on operating-system files), reads go through the page
-// cache as before.
+// Where O_DIRECT cannot be used (the file system refuses it at open or at
+// a read, or the storage is not on operating-system files), reads go
+// through the page cache as before, after one warning.
 
 const (
 	// diskChunkSize is the bytes read from the disk at once, at
@@ -44,6 +49,7 @@ const (
 // diskReads holds the chunks and each log's dropped mark. Safe for
 // concurrent use; a nil *diskReads reads nothing from the disk.
 type diskReads struct {
+	log  *slog.Logger
 	mu   sync.Mutex
 	off  bool      // O_DIRECT refused: read through the page cache
 	cond sync.Cond // a chunk finished loading or was released
@@ -76,8 +82,8 @@ type diskChunk struct {
 	occupied bool   // key is in the index
 }
 
-func newDiskReads() *diskReads {
-	d := &diskReads{dropped: map[uint64]int64{}, index: map[chunkKey]*diskChunk{}}
+func newDiskReads(log *slog.Logger) *diskReads {
+	d := &diskReads{log: log, dropped: map[uint64]int64{}, index: map[chunkKey]*diskChunk{}}
 	d.cond.L = &d.mu
 	return d
 }
@@ -121,12 +127,16 @@ func (d *diskReads) wanted(log uint64, off, n int64) bool {
 
 // turnOff stops reads from the disk for good (O_DIRECT cannot be used),
 // saying why in a warning the first time.
-func (d *diskReads) turnOff(log *slog.Logger, why string) {
+func (d *diskReads) turnOff(why string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.turnOffLocked(why)
+}
+
+func (d *diskReads) turnOffLocked(why string) {
 	if !d.off {
 		d.off = true
-		log.Warn("storage: entry-log bytes dropped from the page cache are read back through it, since O_DIRECT cannot be used", "reason", why)
+		d.log.Warn("storage: entry-log bytes dropped from the page cache are read back through it, since O_DIRECT cannot be used", "reason", why)
 	}
 }
 
@@ -247,6 +257,9 @@ func (d *diskReads) startLoadLocked(c *diskChunk, key chunkKey) {
 func (d *diskReads) endLoadLocked(c *diskChunk, n int, err error) bool {
 	c.loading = false
 	d.cond.Broadcast()
+	if errors.Is(err, syscall.EINVAL) { // O_DIRECT refused at the read
+		d.turnOffLocked("O_DIRECT read: " + err.Error())
+	}
 	if n <= 0 {
 		delete(d.index, c.key)
 		c.occupied = false

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ type fakeLog struct {
 	data  []byte
 	reads atomic.Int64
 	fail  atomic.Bool
+	inval atomic.Bool // fail as a file system refusing O_DIRECT reads does
 
 	mu   sync.Mutex
 	offs map[int64]int // chunk reads per offset
@@ -46,6 +49,9 @@ func (f *fakeLog) readAt(buf []byte, off int64) (int, error) {
 	if f.fail.Load() {
 		return 0, errors.New("disk error")
 	}
+	if f.inval.Load() {
+		return 0, &os.PathError{Op: "read", Path: "log", Err: syscall.EINVAL}
+	}
 	if off >= int64(len(f.data)) {
 		return 0, nil
 	}
@@ -63,7 +69,7 @@ func newFakeLog(n int) *fakeLog {
 func TestDiskReads(t *testing.T) {
 	const size = 5<<20 + 1234
 	lg := newFakeLog(size)
-	d := newDiskReads()
+	d := newDiskReads(discardLogger)
 	if d.wanted(1, 0, 100) {
 		t.Fatal("wanted before anything was dropped")
 	}
@@ -167,7 +173,7 @@ func TestDiskReads(t *testing.T) {
 // wholly dropped, in the background; a reader going on finds them read.
 func TestDiskReadsPrefetch(t *testing.T) {
 	lg := newFakeLog(8 << 20)
-	d := newDiskReads()
+	d := newDiskReads(discardLogger)
 	d.setDropped(1, 3<<20+diskChunkSize/2) // chunks 0 to 2 wholly dropped, 3 partly
 	e := make([]byte, 100)
 	if !d.read(1, 10, e, lg.readAt) {
@@ -190,11 +196,31 @@ func TestDiskReadsPrefetch(t *testing.T) {
 	}
 }
 
+// A file system that opens files with O_DIRECT but refuses the reads
+// (EINVAL) turns disk reads off, with one warning.
+func TestDiskReadsRefused(t *testing.T) {
+	var logged bytes.Buffer
+	d := newDiskReads(slog.New(slog.NewTextHandler(&logged, nil)))
+	lg := newFakeLog(4 << 20)
+	lg.inval.Store(true)
+	d.setDropped(1, 4<<20)
+	e := make([]byte, 100)
+	if d.read(1, 0, e, lg.readAt) {
+		t.Fatal("a read refused with EINVAL was served")
+	}
+	if d.wanted(1, 0, 100) {
+		t.Fatal("disk reads still wanted after EINVAL")
+	}
+	if got := strings.Count(logged.String(), "O_DIRECT cannot be used"); got != 1 {
+		t.Fatalf("%d warnings, want 1; log:\n%s", got, logged.String())
+	}
+}
+
 // Many readers at once over more places than there are chunks: every
 // read gets its own bytes (run with -race).
 func TestDiskReadsConcurrent(t *testing.T) {
 	logs := []*fakeLog{newFakeLog(24 << 20), newFakeLog(24 << 20)}
-	d := newDiskReads()
+	d := newDiskReads(discardLogger)
 	for id := range logs {
 		d.setDropped(uint64(id), 1<<40)
 	}

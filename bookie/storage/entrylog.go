@@ -121,12 +121,12 @@ func (r *logReader) close() {
 func (r *logReader) directFile(l *entryLogs, path string) *os.File {
 	r.directOnce.Do(func() {
 		if r.f.Fd() == vfs.InvalidFd {
-			l.disk.turnOff(l.log, "the storage's files are not operating-system files")
+			l.disk.turnOff("the storage's files are not operating-system files")
 			return
 		}
 		f, err := openDirectRead(path)
 		if err != nil {
-			l.disk.turnOff(l.log, err.Error())
+			l.disk.turnOff(err.Error())
 			return
 		}
 		r.direct = f
@@ -179,7 +179,6 @@ type entryLogs struct {
 	// disk, set with drop, reads dropped bytes from the disk in chunks
 	// (diskread.go).
 	disk *diskReads
-	log  *slog.Logger
 }
 
 // openEntryLogs starts a new current log with id firstID. keep > 0 keeps
@@ -187,7 +186,6 @@ type entryLogs struct {
 // reads older ones from the disk (diskReads).
 func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, keep int64, firstID uint64, log *slog.Logger) (*entryLogs, error) {
 	l := &entryLogs{
-		log:     log,
 		fs:      fs,
 		dir:     dir,
 		maxSize: maxSize,
@@ -196,7 +194,7 @@ func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, keep int64
 		readers: make(map[uint64]*logReader),
 	}
 	if keep > 0 {
-		l.disk = newDiskReads()
+		l.disk = newDiskReads(log)
 		l.drop = newDropBehind(fs, keep, l.disk)
 	}
 	l.mu.Lock()
