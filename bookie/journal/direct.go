@@ -3,9 +3,10 @@ package journal
 import (
 	"fmt"
 	"os"
-	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 // Direct I/O. Records are written with O_DIRECT where the file system
@@ -123,11 +124,6 @@ func (d *directFile) Close() error { return d.f.Close() }
 
 func alignUp(n int) int { return (n + directAlign - 1) &^ (directAlign - 1) }
 
-// alignedBuffer returns n bytes (n a multiple of directAlign) whose first
-// byte's address is a multiple of directAlign.
-func alignedBuffer(n int) []byte {
-	n = alignUp(n)
-	b := make([]byte, n+directAlign)
-	skip := (directAlign - int(uintptr(unsafe.Pointer(&b[0]))%directAlign)) % directAlign
-	return b[skip : skip+n : skip+n]
-}
+// alignedBuffer returns at least n bytes, whole blocks, whose first byte's
+// address is a multiple of directAlign.
+func alignedBuffer(n int) []byte { return fsutil.AlignedBuffer(n, directAlign) }

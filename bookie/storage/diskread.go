@@ -6,7 +6,8 @@ import (
 	"math"
 	"sync"
 	"syscall"
-	"unsafe"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 // Chunked reads from the disk of entry-log bytes the page cache no longer
@@ -245,7 +246,7 @@ func (d *diskReads) startLoadLocked(c *diskChunk, key chunkKey) {
 		delete(d.index, c.key)
 	}
 	if c.buf == nil {
-		c.buf = alignedBuf(diskChunkSize, diskBlock)
+		c.buf = fsutil.AlignedBuffer(diskChunkSize, diskBlock)
 	}
 	c.key, c.n, c.loading, c.occupied, c.used1 = key, 0, true, true, false
 	d.index[key] = c
@@ -283,11 +284,4 @@ func (d *diskReads) victimLocked() *diskChunk {
 		}
 	}
 	return v
-}
-
-// alignedBuf is n bytes starting at a multiple of align (a power of two).
-func alignedBuf(n, align int) []byte {
-	b := make([]byte, n+align)
-	skip := (align - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(align))) % align
-	return b[skip : skip+n : skip+n]
 }

@@ -199,8 +199,8 @@ func TestDiskReadsPrefetch(t *testing.T) {
 // A file system that opens files with O_DIRECT but refuses the reads
 // (EINVAL) turns disk reads off, with one warning.
 func TestDiskReadsRefused(t *testing.T) {
-	var logged bytes.Buffer
-	d := newDiskReads(slog.New(slog.NewTextHandler(&logged, nil)))
+	logger, warnings := directWarnings(t)
+	d := newDiskReads(logger)
 	lg := newFakeLog(4 << 20)
 	lg.inval.Store(true)
 	d.setDropped(1, 4<<20)
@@ -211,8 +211,18 @@ func TestDiskReadsRefused(t *testing.T) {
 	if d.wanted(1, 0, 100) {
 		t.Fatal("disk reads still wanted after EINVAL")
 	}
-	if got := strings.Count(logged.String(), "O_DIRECT cannot be used"); got != 1 {
-		t.Fatalf("%d warnings, want 1; log:\n%s", got, logged.String())
+	warnings(1)
+}
+
+// directWarnings is a logger, and a check that it logged want warnings
+// that O_DIRECT cannot be used.
+func directWarnings(t *testing.T) (*slog.Logger, func(want int)) {
+	var logged bytes.Buffer
+	return slog.New(slog.NewTextHandler(&logged, nil)), func(want int) {
+		t.Helper()
+		if got := strings.Count(logged.String(), "O_DIRECT cannot be used"); got != want {
+			t.Fatalf("%d warnings that O_DIRECT cannot be used, want %d; log:\n%s", got, want, logged.String())
+		}
 	}
 }
 
@@ -254,8 +264,7 @@ func TestDiskReadsConcurrent(t *testing.T) {
 // Where O_DIRECT cannot be used (here: files in memory), dropped bytes
 // are read through the file as before, after one warning.
 func TestDiskReadsFallBack(t *testing.T) {
-	var logged bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	logger, warnings := directWarnings(t)
 	s := openT(t, Options{FS: vfs.NewMem(), Dir: "/data", CheckpointInterval: -1, GCInterval: -1, Logger: logger,
 		EntryLogPageCacheKeep: MinEntryLogPageCacheKeep})
 	defer closeT(t, s)
@@ -272,7 +281,5 @@ func TestDiskReadsFallBack(t *testing.T) {
 	if !off || reads != 0 {
 		t.Fatalf("disk reads off %t after %d chunk reads, want off after none", off, reads)
 	}
-	if got := strings.Count(logged.String(), "O_DIRECT cannot be used"); got != 1 {
-		t.Fatalf("%d warnings that O_DIRECT cannot be used, want 1; log:\n%s", got, logged.String())
-	}
+	warnings(1)
 }

@@ -1,10 +1,11 @@
 // Package fsutil holds the file-system steps the bookie's journal and entry
-// logs share: making directory entries durable, and deleting large files
-// without stalling the file system.
+// logs share: making directory entries durable, deleting large files
+// without stalling the file system, and buffers for O_DIRECT.
 package fsutil
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -77,4 +78,14 @@ func (g Gradual) DeleteGradually(fs vfs.FS, path string, stop <-chan struct{}) (
 		f.Close()
 	}
 	return false, fs.Remove(path)
+}
+
+// AlignedBuffer returns at least n bytes, a whole number of align-byte
+// blocks, whose first byte's address is a multiple of align (a power of
+// two): what O_DIRECT reads and writes need.
+func AlignedBuffer(n, align int) []byte {
+	n = (n + align - 1) &^ (align - 1)
+	b := make([]byte, n+align)
+	skip := (align - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(align))) % align
+	return b[skip : skip+n : skip+n]
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -57,5 +58,19 @@ func TestDeleteGradually(t *testing.T) {
 	}
 	if _, err := g.DeleteGradually(vfs.Default, filepath.Join(dir, "missing"), nil); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: %v, want not-exist", err)
+	}
+}
+
+// AlignedBuffer: buffers start at a multiple of align and are whole
+// blocks, whatever size is asked.
+func TestAlignedBuffer(t *testing.T) {
+	for _, align := range []int{512, 4096} {
+		for _, n := range []int{1, align - 1, align, align + 1, 1 << 20} {
+			b := AlignedBuffer(n, align)
+			addr := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+			if len(b) < n || len(b)%align != 0 || cap(b) != len(b) || addr%uintptr(align) != 0 {
+				t.Errorf("AlignedBuffer(%d, %d): len %d cap %d at %#x", n, align, len(b), cap(b), addr)
+			}
+		}
 	}
 }
