@@ -42,9 +42,32 @@ func newLatencyHistogram(reg prometheus.Registerer, name, help string) (promethe
 
 // Latency metrics.
 const (
-	addLatencyMetric  = "magnetar_ledger_add_entry_latency_seconds"
-	syncLatencyMetric = "magnetar_bookie_journal_sync_latency_seconds"
+	addLatencyMetric     = "magnetar_ledger_add_entry_latency_seconds"
+	syncLatencyMetric    = "magnetar_bookie_journal_sync_latency_seconds"
+	kafkaLatencyMetric   = "magnetar_kafka_request_latency_seconds"
+	publishLatencyMetric = "magnetar_pulsar_publish_latency_seconds"
 )
+
+// protocolLatency is the protocol servers' latency histograms registered
+// with reg (kafka.Config.RequestLatency, pulsar.Config.PublishLatency),
+// or nils without reg.
+func protocolLatency(reg prometheus.Registerer) (prometheus.ObserverVec, prometheus.Observer, error) {
+	if reg == nil {
+		return nil, nil, nil
+	}
+	kafka := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: kafkaLatencyMetric,
+		Help:    "Latency of Kafka requests in the broker, by API, from the request read to its response written (Kafka's RequestMetrics TotalTimeMs; a Fetch's includes its wait for data).",
+		Buckets: latencyBuckets}, []string{"request"})
+	if err := reg.Register(kafka); err != nil {
+		return nil, nil, fmt.Errorf("registering %s: %w", kafkaLatencyMetric, err)
+	}
+	publish, err := newLatencyHistogram(reg, publishLatencyMetric,
+		"Latency of Pulsar publishes in the broker, from a SEND read to its receipt being queued (Pulsar's pulsar_broker_publish_latency).")
+	if err != nil {
+		return nil, nil, err
+	}
+	return kafka, publish, nil
+}
 
 // addLatency is the managed ledgers' append latency histogram
 // (ledger.Config.AddLatency) registered with reg, or nil without reg.

@@ -232,9 +232,13 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 	if err = b.registerMetrics(cfg, reg); err != nil {
 		return nil, err
 	}
+	kafkaLat, publishLat, err := protocolLatency(reg)
+	if err != nil {
+		return nil, err
+	}
 	if b.pulsar, err = pulsar.NewServer(pulsar.Config{Broker: b.broker, AdvertisedURL: "pulsar://" + pulsarAdvertised,
 		MaxMessageSize: cfg.MaxMessageSize, ServerVersion: "magnetar " + currentBuild().Version,
-		Logger: log.With("component", "pulsar")}); err != nil {
+		PublishLatency: publishLat, Logger: log.With("component", "pulsar")}); err != nil {
 		return nil, err
 	}
 	kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
@@ -243,6 +247,7 @@ func startBroker(cfg brokerConfig, name string, store meta.Store, ls brokerListe
 		MaxRequestSize: cfg.KafkaMaxRequestSize, MaxMessageSize: cfg.MaxMessageSize,
 		ReadAheadSize:         cfg.kafkaReadAhead(),
 		InitialRebalanceDelay: cfg.KafkaGroupInitialRebalanceDelay,
+		RequestLatency:        kafkaLat,
 		Logger:                log.With("component", "kafka")}); err != nil {
 		return nil, err
 	}

@@ -22,7 +22,9 @@ func scrapeValue(page, series string) (float64, bool) {
 
 // TestStandaloneTopicMetrics: messages produced with `magnetar produce`
 // show on /metrics, per topic up to --metrics-max-topics and beyond it
-// under topic="_other".
+// under topic="_other"; each of its SENDs (batching off) in the publish
+// latency histogram; the Kafka request latency histogram is there, with
+// no Kafka request made.
 func TestStandaloneTopicMetrics(t *testing.T) {
 	_, ready := startStandaloneProc(t, "--metrics-max-topics", "1")
 	svc := []string{"--service-url", "pulsar://" + ready.PulsarAdvertised}
@@ -42,7 +44,9 @@ func TestStandaloneTopicMetrics(t *testing.T) {
 		series("magnetar_topic_in_messages_total", "persistent://public/default/metrics-a"): 4,
 		series("magnetar_topic_in_messages_total", "_other"):                                2,
 		series("magnetar_topic_producers_count", "persistent://public/default/metrics-a"):   0,
-		"magnetar_topics_loaded": 2,
+		"magnetar_topics_loaded":                         2,
+		publishLatencyMetric + "_count":                  6,
+		kafkaLatencyMetric + `_count{request="Produce"}`: 0,
 	}
 	eventually(t, 10*time.Second, func() error {
 		code, page, err := httpGet("http://" + ready.HTTP + "/metrics")

@@ -304,11 +304,17 @@ type benchResults struct {
 	broker map[string]brokerLatency
 }
 
-// brokerLatency is the broker's share of a latency load: its managed-ledger
-// add and journal sync latency histograms over the load, warm-up included.
+// brokerLatency is the broker's share of a latency load: its latency
+// histograms over the load, warm-up included: the protocol's (Kafka
+// Produce requests, or Pulsar publishes), managed-ledger adds and journal
+// syncs.
 type brokerLatency struct {
-	add, sync histDelta
+	request, add, sync histDelta
 }
+
+// kafkaProduceLatency is the series of the Kafka Produce requests in
+// kafkaLatencyMetric, as parseHists names it.
+const kafkaProduceLatency = kafkaLatencyMetric + `{request="Produce"}`
 
 // runPerfAll runs `magnetar perf all`: results on out, the standalone's
 // warnings and errors on logs.
@@ -579,7 +585,8 @@ func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io
 }
 
 // observeBroker makes the publish latency steps among steps record the
-// broker's latency histograms (magnetar_ledger_add_entry_latency_seconds,
+// broker's latency histograms (the Kafka Produce requests' or the Pulsar
+// publishes', magnetar_ledger_add_entry_latency_seconds,
 // magnetar_bookie_journal_sync_latency_seconds) over their run into
 // res.broker, scraping metrics before and after.
 func observeBroker(steps []benchStep, metrics string, res *benchResults) {
@@ -601,9 +608,14 @@ func observeBroker(steps []benchStep, metrics string, res *benchResults) {
 			if err != nil {
 				return err
 			}
+			request := publishLatencyMetric
+			if strings.HasPrefix(st.name, "kafka-") {
+				request = kafkaProduceLatency
+			}
 			res.broker[st.name] = brokerLatency{
-				add:  after[addLatencyMetric].minus(before[addLatencyMetric]),
-				sync: after[syncLatencyMetric].minus(before[syncLatencyMetric]),
+				request: after[request].minus(before[request]),
+				add:     after[addLatencyMetric].minus(before[addLatencyMetric]),
+				sync:    after[syncLatencyMetric].minus(before[syncLatencyMetric]),
 			}
 			return nil
 		}
@@ -667,8 +679,9 @@ func scrapeHists(ctx context.Context, url string) (map[string]histDelta, error) 
 	return parseHists(body)
 }
 
-// parseHists reads every "<name>_bucket{le=\"…\"} <count>" line of a
-// Prometheus text page.
+// parseHists reads every "<name>_bucket{…le=\"…\"…} <count>" line of a
+// Prometheus text page, by name, or by name and its other labels as the
+// page writes them (name{request="Produce"}).
 func parseHists(r io.Reader) (map[string]histDelta, error) {
 	hs := map[string]histDelta{}
 	sc := bufio.NewScanner(r)
@@ -679,13 +692,20 @@ func parseHists(r io.Reader) (map[string]histDelta, error) {
 		if !ok || strings.HasPrefix(line, "#") {
 			continue
 		}
-		_, rest, ok = strings.Cut(rest, `le="`)
+		before, rest, ok := strings.Cut(rest, `le="`)
 		if !ok {
 			continue
 		}
 		leText, rest, ok := strings.Cut(rest, `"`)
 		if !ok {
 			continue
+		}
+		labels, rest, ok := strings.Cut(rest, "}")
+		if !ok {
+			continue
+		}
+		if others := strings.Trim(before+strings.TrimPrefix(labels, ","), ","); others != "" {
+			name += "{" + others + "}"
 		}
 		le, err := strconv.ParseFloat(leText, 64)
 		if err != nil {
@@ -1804,7 +1824,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a produce goal on the disk is unattainable when the durable no-op Kafka broker's produce misses it too, and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a produce goal on the disk is unattainable when the durable no-op Kafka broker's produce misses it too, and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -1969,7 +1989,13 @@ func benchRows(cfg perfAllConfig) []benchRow {
 			// The broker's share, from its own histograms.
 			load := loadAt(kind, r.rate)
 			at := fmt.Sprintf("%s at %s/s", what, thousands(int64(r.rate)))
+			request := "publish (SEND read to receipt queued)"
+			if kind == "kafka-publish" {
+				request = "Produce request (read to response written)"
+			}
 			rows = append(rows,
+				benchRow{measure: at + ", broker: " + request + " p99 ms", load: load, format: "%.3f", limit: appendsLimit(r.rate),
+					derived: brokerP99(load, func(bl brokerLatency) histDelta { return bl.request })},
 				benchRow{measure: at + ", broker: managed-ledger add p99 ms", load: load, format: "%.3f", limit: appendsLimit(r.rate),
 					derived: brokerP99(load, func(bl brokerLatency) histDelta { return bl.add })},
 				benchRow{measure: at + ", broker: journal sync p99 ms", load: load, format: "%.3f", limit: "fsync",

@@ -121,12 +121,12 @@ func checkPerfAllTable(t *testing.T, out string) {
 	measures := perfAllMeasures(10, 30)
 	// 30 limits; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
 	// and warm, the client's CPU and bound (4), publish at 2 rates × (3
-	// quantiles, the broker's share ×2), end to end at 2 rates × 3
+	// quantiles, the broker's share ×3), end to end at 2 rates × 3
 	// quantiles; Pulsar: the same latencies, batched produce (MB/s, msg/s,
 	// the client's and the standalone's CPU per MB), 10 topics (3); 30
 	// partitions open (5).
-	if len(measures) != 30+4+4+10+6+10+6+4+3+5 {
-		t.Fatalf("%d rows, want 82: %q", len(measures), measures)
+	if len(measures) != 30+4+4+12+6+12+6+4+3+5 {
+		t.Fatalf("%d rows, want 86: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
@@ -703,5 +703,19 @@ func TestPerfAllBrokerHistograms(t *testing.T) {
 	}
 	if _, err := parseHists(strings.NewReader("x_bucket{le=\"a\"} 1\n")); err == nil {
 		t.Error("a bad bound parsed")
+	}
+	// A histogram with labels: one per label set, le wherever it is.
+	vec, err := parseHists(strings.NewReader(`v_bucket{request="Produce",le="0.001"} 3
+v_bucket{request="Produce",le="+Inf"} 4
+v_bucket{le="0.001",request="Fetch",x="y"} 1
+v_bucket{le="+Inf",request="Fetch",x="y"} 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce, fetch := vec[`v{request="Produce"}`], vec[`v{request="Fetch",x="y"}`]
+	if len(vec) != 2 || !slices.Equal(produce.counts, []float64{3, 4}) || !slices.Equal(fetch.counts, []float64{1, 1}) ||
+		!slices.Equal(produce.le, []float64{0.001, math.Inf(1)}) {
+		t.Errorf("labelled histograms parsed as %v", vec)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/magnetar-io/magnetar/broker"
@@ -80,8 +81,13 @@ type Config struct {
 	InitialRebalanceDelay time.Duration
 	// Clock is the time of long-poll deadlines, timestamps and group
 	// sessions (default time.Now).
-	Clock  func() time.Time
-	Logger *slog.Logger
+	Clock func() time.Time
+	// RequestLatency, if set, observes each request's time in the
+	// broker, in seconds: from its last byte read to its response
+	// written (Kafka's RequestMetrics TotalTimeMs; a Fetch's includes its
+	// wait for data). Its one label is the API's name (Produce, Fetch, …).
+	RequestLatency prometheus.ObserverVec
+	Logger         *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -129,6 +135,8 @@ type Server struct {
 	log    *slog.Logger
 	groups *groups    // the consumer group coordinator (groups.go)
 	ahead  *readAhead // entries read ahead of consumers (readahead.go)
+	// latency observes request latency by API key (nil: not observed).
+	latency map[int16]prometheus.Observer
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -147,6 +155,16 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger,
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
 	s.ahead = newReadAhead(cfg.ReadAheadSize, s.log)
+	if cfg.RequestLatency != nil {
+		s.latency = make(map[int16]prometheus.Observer, len(apis))
+		for key := range apis {
+			o, err := cfg.RequestLatency.GetMetricWithLabelValues(kmsg.NameForKey(key))
+			if err != nil {
+				return nil, fmt.Errorf("kafka: Config.RequestLatency: %w", err)
+			}
+			s.latency[key] = o
+		}
+	}
 	s.groups = newGroups(s)
 	if err := s.groups.load(ctx); err != nil {
 		return nil, fmt.Errorf("kafka: restoring consumer groups: %w", err)
@@ -265,6 +283,7 @@ type slot struct {
 	done         chan struct{}
 	resp         kmsg.Response
 	records      []*records // a fetch response's record batches, partition by partition
+	read         time.Time  // when the request was read (set with Config.RequestLatency)
 }
 
 func (sl *slot) finish(resp kmsg.Response) {
@@ -335,10 +354,15 @@ func (c *conn) readLoop() error {
 		if _, err := io.ReadFull(c.nc, buf); err != nil {
 			return fmt.Errorf("%w: truncated request (%d bytes announced): %w", errBadRequest, size, err)
 		}
+		var read time.Time
+		if c.s.latency != nil {
+			read = time.Now()
+		}
 		sl, req, err := c.parse(buf)
 		if err != nil {
 			return err
 		}
+		sl.read = read
 		select {
 		case c.queue <- sl:
 		case <-c.ctx.Done():
@@ -455,6 +479,9 @@ func (c *conn) writeLoop() {
 			<-sl.done // handlers finish promptly once ctx ends
 		}
 		if sl.resp == nil || broken {
+			if !broken {
+				c.observe(sl) // answered with nothing (acks 0)
+			}
 			releaseRecords(sl.records)
 			continue
 		}
@@ -481,12 +508,21 @@ func (c *conn) writeLoop() {
 			broken = true
 			c.cancel()
 			c.nc.Close()
+		} else {
+			c.observe(sl)
 		}
 		releaseRecords(sl.records) // written: the record buffers are free
 		clear(iov[:cap(iov)])      // keep no entries alive
 		if cap(buf) > keptWriteBuffer {
 			buf = nil
 		}
+	}
+}
+
+// observe records sl's time in the broker (Config.RequestLatency).
+func (c *conn) observe(sl *slot) {
+	if o := c.s.latency[sl.key]; o != nil && !sl.read.IsZero() {
+		o.Observe(time.Since(sl.read).Seconds())
 	}
 }
 

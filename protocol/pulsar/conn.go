@@ -50,6 +50,10 @@ type conn struct {
 	outErr   error
 	writing  bool // the writer holds a buffer it has not finished writing
 
+	// frameRead is when the frame being handled was read (the reader's
+	// own: handleSend times a publish from it).
+	frameRead time.Time
+
 	mu              sync.Mutex
 	connected       bool
 	version         int32
@@ -113,8 +117,9 @@ func (c *conn) serve() {
 			}
 			return
 		}
+		c.frameRead = time.Now()
 		c.mu.Lock()
-		c.lastRead = time.Now()
+		c.lastRead = c.frameRead
 		c.mu.Unlock()
 		if err := c.handle(f); err != nil {
 			c.log.Warn("pulsar: closing connection", "err", err)
@@ -643,6 +648,7 @@ func (c *conn) handleSend(f *frame.Frame) {
 		Messages: n, Data: data, Framed: framed}
 	// Not m itself: the frame reader reuses it for the next SEND.
 	highest, hasHighest := m.GetHighestSequenceId(), m.HighestSequenceId != nil
+	read, latency := c.frameRead, c.srv.cfg.PublishLatency
 	p.p.Publish(req, func(r broker.PublishResult) {
 		if r.Err != nil {
 			sendError(errorCode(r.Err), r.Err.Error())
@@ -651,6 +657,9 @@ func (c *conn) handleSend(f *frame.Frame) {
 		receipt := frame.Receipt{ProducerID: pid, SequenceID: seq,
 			HighestSequenceID: highest, HasHighest: hasHighest,
 			Ledger: uint64(r.ID.Position.Ledger), Entry: uint64(r.ID.Position.Entry), Partition: r.ID.Partition}
+		if latency != nil {
+			latency.Observe(time.Since(read).Seconds())
+		}
 		c.queue(func(dst []byte) ([]byte, error) { return frame.AppendSendReceipt(dst, receipt), nil })
 	})
 }

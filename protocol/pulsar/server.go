@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/protocol/pulsar/frame"
 )
@@ -50,7 +52,11 @@ type Config struct {
 	KeepAliveInterval time.Duration
 	// ServerVersion is sent in CONNECTED.
 	ServerVersion string
-	Logger        *slog.Logger
+	// PublishLatency, if set, observes each stored SEND's time in the
+	// broker, in seconds: from its frame read to its SEND_RECEIPT being queued
+	// (Pulsar's pulsar_broker_publish_latency).
+	PublishLatency prometheus.Observer
+	Logger         *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
