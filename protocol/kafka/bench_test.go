@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Benchmarks of the Kafka produce and fetch paths through the server, over
@@ -14,7 +16,8 @@ import (
 // 1 KiB: "allocs/record" is the heap allocations of the whole process per
 // record. Same-protocol produce and fetch store and serve record batches
 // as they are, so the allocations per request must not grow with the
-// records in it (issue 10: no per-record allocation).
+// records in it (issue 10: no per-record allocation). The request
+// latency histogram is on, as in magnetar standalone and broker.
 
 func benchValues(n int) []string {
 	v := strings.Repeat("x", 1024)
@@ -23,6 +26,12 @@ func benchValues(n int) []string {
 		out[i] = v
 	}
 	return out
+}
+
+// benchLatency is a request latency histogram for a benchmark's server.
+func benchLatency() prometheus.ObserverVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "request_latency_seconds",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 1.25, 45)}, []string{"request"})
 }
 
 // mallocs is the number of heap allocations so far.
@@ -35,7 +44,7 @@ func mallocs() uint64 {
 func BenchmarkProduce(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprint("records=", n), func(b *testing.B) {
-			s := startServer(b, func(c *Config) { c.MaxMessageSize = 1 << 20 })
+			s := startServer(b, func(c *Config) { c.MaxMessageSize, c.RequestLatency = 1<<20, benchLatency() })
 			c := s.dial(b)
 			createTopic(b, c, "bench", 1)
 			batch := plainBatch(benchValues(n)...)
@@ -62,7 +71,9 @@ func BenchmarkFetch(b *testing.B) {
 	const entries = 20 // batches read by each fetch
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprint("records=", n), func(b *testing.B) {
-			s := startServer(b, func(c *Config) { c.MaxMessageSize = 1 << 20; c.MaxRequestSize = 8 << 20 })
+			s := startServer(b, func(c *Config) {
+				c.MaxMessageSize, c.MaxRequestSize, c.RequestLatency = 1<<20, 8<<20, benchLatency()
+			})
 			c := s.dial(b)
 			createTopic(b, c, "bench", 1)
 			batch := plainBatch(benchValues(n)...)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/magnetar-io/magnetar/broker/msgpb"
@@ -20,11 +21,16 @@ import (
 // bookie (fsync off). A batch is stored and dispatched as sent, so the
 // allocations per SEND must not grow with the messages in it:
 // "allocs/record" is the heap allocations of the whole process per
-// message (issue 10: no per-record allocation).
+// message (issue 10: no per-record allocation). The publish latency
+// histogram is on, as in magnetar standalone and broker.
 func BenchmarkPublishAndDispatch(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprint("records=", n), func(b *testing.B) {
-			s := startServer(b, func(c *Config) { c.MaxMessageSize = 1 << 20 })
+			s := startServer(b, func(c *Config) {
+				c.MaxMessageSize = 1 << 20
+				c.PublishLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "publish_latency_seconds",
+					Buckets: prometheus.ExponentialBuckets(0.0001, 1.25, 45)})
+			})
 			c := dial(b, s)
 			c.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: &pb.CommandConnect{
 				ClientVersion: proto.String("bench"), ProtocolVersion: proto.Int32(21)}})
