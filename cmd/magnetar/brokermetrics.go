@@ -55,10 +55,10 @@ func protocolLatency(reg prometheus.Registerer) (prometheus.ObserverVec, prometh
 	if reg == nil {
 		return nil, nil, nil
 	}
-	kafka := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: kafkaLatencyMetric,
+	requests := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: kafkaLatencyMetric,
 		Help:    "Latency of Kafka requests in the broker, by API, from the request read to its response written (Kafka's RequestMetrics TotalTimeMs; a Fetch's includes its wait for data).",
 		Buckets: latencyBuckets}, []string{"request"})
-	if err := reg.Register(kafka); err != nil {
+	if err := reg.Register(requests); err != nil {
 		return nil, nil, fmt.Errorf("registering %s: %w", kafkaLatencyMetric, err)
 	}
 	publish, err := newLatencyHistogram(reg, publishLatencyMetric,
@@ -66,7 +66,7 @@ func protocolLatency(reg prometheus.Registerer) (prometheus.ObserverVec, prometh
 	if err != nil {
 		return nil, nil, err
 	}
-	return kafka, publish, nil
+	return requests, publish, nil
 }
 
 // addLatency is the managed ledgers' append latency histogram

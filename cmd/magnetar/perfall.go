@@ -692,7 +692,8 @@ func parseHists(r io.Reader) (map[string]histDelta, error) {
 		if !ok || strings.HasPrefix(line, "#") {
 			continue
 		}
-		before, rest, ok := strings.Cut(rest, `le="`)
+		// The le label, not one whose name ends in "le" (role="…").
+		before, rest, ok := strings.Cut(","+rest, `,le="`)
 		if !ok {
 			continue
 		}
@@ -704,7 +705,7 @@ func parseHists(r io.Reader) (map[string]histDelta, error) {
 		if !ok {
 			continue
 		}
-		if others := strings.Trim(before+strings.TrimPrefix(labels, ","), ","); others != "" {
+		if others := strings.Trim(before+labels, ","); others != "" {
 			name += "{" + others + "}"
 		}
 		le, err := strconv.ParseFloat(leText, 64)

@@ -709,12 +709,13 @@ func TestPerfAllBrokerHistograms(t *testing.T) {
 v_bucket{request="Produce",le="+Inf"} 4
 v_bucket{le="0.001",request="Fetch",x="y"} 1
 v_bucket{le="+Inf",request="Fetch",x="y"} 1
+w_bucket{role="a",le="0.5",file="f"} 2
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	produce, fetch := vec[`v{request="Produce"}`], vec[`v{request="Fetch",x="y"}`]
-	if len(vec) != 2 || !slices.Equal(produce.counts, []float64{3, 4}) || !slices.Equal(fetch.counts, []float64{1, 1}) ||
+	produce, fetch, w := vec[`v{request="Produce"}`], vec[`v{request="Fetch",x="y"}`], vec[`w{role="a",file="f"}`]
+	if len(vec) != 3 || !slices.Equal(w.le, []float64{0.5}) || !slices.Equal(produce.counts, []float64{3, 4}) || !slices.Equal(fetch.counts, []float64{1, 1}) ||
 		!slices.Equal(produce.le, []float64{0.001, math.Inf(1)}) {
 		t.Errorf("labelled histograms parsed as %v", vec)
 	}

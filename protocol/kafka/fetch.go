@@ -96,7 +96,7 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 				c.log.Error("Kafka fetch panicked; closing the connection", "panic", r)
 				c.nc.Close()
 				if !answered {
-					sl.finish(nil)
+					sl.abandon()
 				}
 			}
 		}()

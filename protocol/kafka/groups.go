@@ -53,10 +53,11 @@ type groups struct {
 	topics map[string]map[string]bool // group → full names of topics it committed on
 	epochs map[string]uint64          // group → the taking of its bundle it was loaded in (broker.OwnerEpoch)
 
-	dirty   map[string]bool // groups whose record is to be written
-	wake    chan struct{}
-	stop    chan struct{}
-	stopped chan struct{}
+	dirty    map[string]bool // groups whose record is to be written
+	wake     chan struct{}
+	stop     chan struct{}
+	stopped  chan struct{}
+	stopOnce sync.Once // close may be called again (a second Shutdown)
 }
 
 func newGroups(s *Server) *groups {
@@ -237,7 +238,7 @@ func (g *groups) topicList(id string) []string {
 }
 
 func (g *groups) close() {
-	close(g.stop)
+	g.stopOnce.Do(func() { close(g.stop) })
 	<-g.stopped
 }
 

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -54,5 +55,40 @@ func TestRequestLatency(t *testing.T) {
 	}
 	if n, _ := observed("Metadata"); n != 0 {
 		t.Fatalf("Metadata: %d latencies, want 0 (none sent)", n)
+	}
+}
+
+// A request whose handler panics closes its connection and is not
+// counted: it was never answered.
+func TestRequestLatencyPanickingHandler(t *testing.T) {
+	const key = 16 // ListGroups
+	orig := apis[key]
+	t.Cleanup(func() { apis[key] = orig }) // after the server's own cleanup
+	apis[key] = api{orig.min, orig.max, func(*conn, *slot, kmsg.Request) { panic("injected") }}
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "request_latency_seconds", Buckets: prometheus.DefBuckets}, []string{"request"})
+	s := startServer(t, func(c *Config) { c.RequestLatency = h })
+	c := s.dial(t)
+	roundTrip[*kmsg.ApiVersionsResponse](c, kmsg.NewPtrApiVersionsRequest())
+	req := kmsg.NewPtrListGroupsRequest()
+	req.Version = 3
+	c.send(req)
+	if _, _, err := readFrame(c.nc); err == nil {
+		t.Fatal("a response to the request whose handler panicked, want the connection closed")
+	}
+	count := func(api string) uint64 {
+		var m dto.Metric
+		if err := h.WithLabelValues(api).(prometheus.Histogram).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	// Once the server is down, its connections' writers are done.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := count("ListGroups"), count("ApiVersions"); n != 0 || m != 1 {
+		t.Fatalf("%d ListGroups and %d ApiVersions latencies, want 0 and 1", n, m)
 	}
 }

@@ -83,9 +83,11 @@ type Config struct {
 	// sessions (default time.Now).
 	Clock func() time.Time
 	// RequestLatency, if set, observes each request's time in the
-	// broker, in seconds: from its last byte read to its response
-	// written (Kafka's RequestMetrics TotalTimeMs; a Fetch's includes its
-	// wait for data). Its one label is the API's name (Produce, Fetch, …).
+	// broker, in seconds: from the connection's reader taking its last
+	// byte to its response written (Kafka's RequestMetrics TotalTimeMs; a
+	// Fetch's includes its wait for data; a request whose handler
+	// panicked is not counted). Its one label is the API's name
+	// (Produce, Fetch, …).
 	RequestLatency prometheus.ObserverVec
 	Logger         *slog.Logger
 }
@@ -232,7 +234,7 @@ func (s *Server) StopAccepting() {
 }
 
 // Shutdown stops accepting, lets each connection answer the requests it
-// has read (within ctx), and closes it.
+// has read (within ctx), and closes it. Calling it again is harmless.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.StopAccepting()
 	s.mu.Lock()
@@ -284,6 +286,14 @@ type slot struct {
 	resp         kmsg.Response
 	records      []*records // a fetch response's record batches, partition by partition
 	read         time.Time  // when the request was read (set with Config.RequestLatency)
+}
+
+// abandon answers nothing for a request whose handler failed (a panic):
+// the connection closes, and the request is not counted in
+// Config.RequestLatency.
+func (sl *slot) abandon() {
+	sl.read = time.Time{}
+	sl.finish(nil)
 }
 
 func (sl *slot) finish(resp kmsg.Response) {
@@ -461,7 +471,7 @@ func (c *conn) handle(sl *slot, req kmsg.Request) {
 			select {
 			case <-sl.done:
 			default:
-				sl.finish(nil)
+				sl.abandon()
 			}
 		}
 	}()
@@ -480,7 +490,7 @@ func (c *conn) writeLoop() {
 		}
 		if sl.resp == nil || broken {
 			if !broken {
-				c.observe(sl) // answered with nothing (acks 0)
+				c.observe(sl) // no response: a Produce with acks 0
 			}
 			releaseRecords(sl.records)
 			continue

@@ -9,8 +9,8 @@ import (
 	pb "github.com/magnetar-io/magnetar/protocol/pulsar/pulsarpb"
 )
 
-// PublishLatency observes each stored SEND once, when its receipt is
-// queued; a SEND refused (bad checksum) is not observed.
+// PublishLatency observes each SEND answered with a receipt once, when
+// the receipt is queued; a SEND refused (bad checksum) is not observed.
 func TestPublishLatency(t *testing.T) {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "publish_latency_seconds", Buckets: prometheus.DefBuckets})
 	s := startServer(t, func(c *Config) { c.PublishLatency = h })

@@ -52,8 +52,9 @@ type Config struct {
 	KeepAliveInterval time.Duration
 	// ServerVersion is sent in CONNECTED.
 	ServerVersion string
-	// PublishLatency, if set, observes each stored SEND's time in the
-	// broker, in seconds: from its frame read to its SEND_RECEIPT being queued
+	// PublishLatency, if set, observes the time in the broker of each
+	// SEND answered with a SEND_RECEIPT (a duplicate's too), in seconds:
+	// from the reader taking its frame to the receipt being queued
 	// (Pulsar's pulsar_broker_publish_latency).
 	PublishLatency prometheus.Observer
 	Logger         *slog.Logger
