@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,19 +95,10 @@ func TestPageCacheKeepEndToEnd(t *testing.T) {
 // /proc/<pid>/io).
 func readBytes(t *testing.T, pid int) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	path := fmt.Sprintf("/proc/%d/io", pid)
+	n, err := strconv.ParseInt(procField(path, "read_bytes"), 10, 64)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: read_bytes: %v", path, err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "read_bytes: "); ok {
-			var n int64
-			if _, err := fmt.Sscan(v, &n); err != nil {
-				t.Fatalf("/proc/%d/io: %q: %v", pid, line, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("/proc/%d/io has no read_bytes:\n%s", pid, b)
-	return 0
+	return n
 }
