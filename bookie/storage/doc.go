@@ -11,7 +11,8 @@
 // acknowledged and handed to the applier goroutine, while the journal goes
 // on with the next group. The applier takes everything handed to it and
 // applies it in journal order: entries appended to the current entry log
-// (a buffer, written when full, its writeback started as it grows),
+// (a buffer, written when full, its writeback started as it grows; or
+// written with O_DIRECT, Options.EntryLogDirectIO, directwrite.go),
 // indexed with one Pebble batch (not synced) up to the next fence or
 // delete, counted in the ledgers' LACs. Reads and LAC queries that could
 // concern an acknowledged add wait for the applier (ack.go). Fence and
@@ -49,6 +50,8 @@
 // Big-endian. Entry logs are shared by all ledgers and only appended to
 // while current; each Open starts a new one, so a torn tail is never
 // appended to. A finished log is rotated away from at EntryLogMaxSize.
+// Logs written with O_DIRECT end in zeros up to a 4 KiB boundary, after
+// their last record.
 // The entry carries its own CRC-32C: reads verify it and check the length
 // prefix and header against the index, and report a mismatch or missing
 // bytes as a *CorruptionError with the file and offset.

@@ -81,8 +81,13 @@ type logWriter struct {
 	id      uint64
 	path    string
 	f       vfs.File
-	buf     []byte // records not yet written; buf[0] is at file offset written
+	direct  *directLog // writes with O_DIRECT (directwrite.go); nil: through f
+	buf     []byte     // records not yet written; buf[0] is at file offset written
 	written int64
+	// tail: with direct writes, the first tail bytes of buf are in the
+	// file already (the last partial block written, written again by the
+	// next flush).
+	tail    int
 	ledgers map[int64]int64 // record bytes per ledger, for the log's metadata
 	// writeback is the offset up to which writeback was last asked for
 	// (writebackBytes). Guarded by entryLogs.mu.
@@ -90,6 +95,17 @@ type logWriter struct {
 }
 
 func (w *logWriter) size() int64 { return w.written + int64(len(w.buf)) }
+
+// close closes the log's descriptors.
+func (w *logWriter) close() error {
+	err := w.f.Close()
+	if w.direct != nil {
+		err = errors.Join(err, w.direct.close())
+		w.direct = nil
+	}
+	w.f = nil
+	return err
+}
 
 func (w *logWriter) meta() logMeta {
 	return logMeta{validLength: w.size(), ledgers: w.ledgers}
@@ -138,9 +154,10 @@ func (r *logReader) directFile(l *entryLogs, path string) *os.File {
 // finished logs awaiting fsync, and read handles.
 //
 // Invariants:
-//   - The current log's buffer holds whole records: a record is either
-//     wholly in the file (offset < written) or wholly in the buffer, so a
-//     read is served from one or the other.
+//   - Every record that starts before written is wholly in the file, and
+//     the buffer holds every byte from written on, so a read is served
+//     from one or the other. (With direct writes the buffer may start in
+//     the middle of a record, one the file holds whole.)
 //   - Logs are only appended to while current; a new process always
 //     starts a new log, so a possibly torn tail is never appended to.
 //   - A finished log leaves pending only once it is fsynced; sync hands
@@ -155,6 +172,7 @@ type entryLogs struct {
 	dir     string
 	maxSize int64
 	bufSize int
+	log     *slog.Logger
 
 	mu       sync.Mutex
 	cur      *logWriter
@@ -162,6 +180,9 @@ type entryLogs struct {
 	nextID   uint64
 	dirDirty bool // a log was created since the directory was last fsynced
 	err      error
+	// directIO: logs created from now on are written with O_DIRECT
+	// (directwrite.go).
+	directIO bool
 	// wbLog, wbTo: writeback of wbLog up to wbTo is due (writeback).
 	wbLog *logWriter
 	wbTo  int64
@@ -181,19 +202,22 @@ type entryLogs struct {
 	disk *diskReads
 }
 
-// openEntryLogs starts a new current log with id firstID. keep > 0 keeps
-// only the newest keep bytes written in the page cache (dropBehind) and
-// reads older ones from the disk (diskReads).
-func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, keep int64, firstID uint64, log *slog.Logger) (*entryLogs, error) {
+// openEntryLogs starts a new current log with id firstID. direct writes
+// the logs with O_DIRECT (directwrite.go). Otherwise keep > 0 keeps only
+// the newest keep bytes written in the page cache (dropBehind) and reads
+// older ones from the disk (diskReads).
+func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, direct bool, keep int64, firstID uint64, log *slog.Logger) (*entryLogs, error) {
 	l := &entryLogs{
-		fs:      fs,
-		dir:     dir,
-		maxSize: maxSize,
-		bufSize: bufSize,
-		nextID:  firstID,
-		readers: make(map[uint64]*logReader),
+		fs:       fs,
+		dir:      dir,
+		maxSize:  maxSize,
+		bufSize:  bufSize,
+		log:      log,
+		nextID:   firstID,
+		readers:  make(map[uint64]*logReader),
+		directIO: direct,
 	}
-	if keep > 0 {
+	if !direct && keep > 0 {
 		l.disk = newDiskReads(log)
 		l.drop = newDropBehind(fs, keep, l.disk)
 	}
@@ -234,7 +258,17 @@ func (l *entryLogs) createLocked() (*logWriter, error) {
 	}
 	l.nextID++
 	l.dirDirty = true
-	w := &logWriter{id: id, path: path, f: f, buf: make([]byte, 0, l.bufSize), ledgers: make(map[int64]int64)}
+	w := &logWriter{id: id, path: path, f: f, ledgers: make(map[int64]int64)}
+	if l.directIO {
+		if w.direct, err = openDirectLog(f, path); err != nil {
+			l.directRefused(err.Error())
+		}
+	}
+	if w.direct != nil {
+		w.buf = directBuffer(l.bufSize, nil)
+	} else {
+		w.buf = make([]byte, 0, l.bufSize)
+	}
 	w.buf = binary.BigEndian.AppendUint32(w.buf, logMagic)
 	w.buf = binary.BigEndian.AppendUint32(w.buf, logVersion)
 	return w, nil
@@ -273,7 +307,7 @@ func (l *entryLogs) append(ledger int64, e []byte) (location, error) {
 			return location{}, err
 		}
 	}
-	if w.written-w.writeback >= writebackBytes {
+	if w.direct == nil && w.written-w.writeback >= writebackBytes {
 		w.writeback = w.written
 		l.wbLog, l.wbTo = w, w.written
 	}
@@ -317,8 +351,11 @@ func (l *entryLogs) writeback() error {
 // flushLocked writes w's buffer to its file. On failure the buffer is
 // kept, so reads keep being served from it.
 func (l *entryLogs) flushLocked(w *logWriter) error {
-	if len(w.buf) == 0 {
+	if len(w.buf) == w.tail {
 		return nil
+	}
+	if w.direct != nil {
+		return l.flushDirectLocked(w)
 	}
 	// vfs.File.Write may scribble on its argument (MemFS does under the race
 	// detector); the buffer is dropped right after, so that is fine.
@@ -341,7 +378,9 @@ func (l *entryLogs) rotateLocked() error {
 	if err != nil {
 		return l.failLocked(err)
 	}
-	old.buf = nil // written out; the next log has its own
+	// Written out (with direct writes, its last block too); the next log
+	// has its own buffer.
+	old.written, old.buf, old.tail = old.size(), nil, 0
 	l.pending = append(l.pending, old)
 	l.cur = w
 	return nil
@@ -410,8 +449,7 @@ func (l *entryLogs) sync() ([]*logWriter, error) {
 	l.pending = slices.Delete(l.pending, 0, len(finished))
 	l.mu.Unlock()
 	for _, w := range finished {
-		w.f.Close()
-		w.f = nil
+		w.close()
 	}
 	return finished, nil
 }
@@ -646,12 +684,12 @@ func (l *entryLogs) close() error {
 	l.mu.Lock()
 	var err error
 	if l.cur != nil {
-		err = l.cur.f.Close()
+		err = l.cur.close()
 		l.cur = nil
 	}
 	for _, w := range l.pending {
 		if w.f != nil {
-			w.f.Close()
+			w.close()
 		}
 	}
 	l.pending = nil

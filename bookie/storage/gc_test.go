@@ -107,12 +107,20 @@ func TestGC(t *testing.T) {
 }
 
 // On disk, dead logs are deleted gradually (cut a step at a time): the
-// space is reclaimed all the same and live entries stay readable.
+// space is reclaimed all the same and live entries stay readable. Logs
+// written with O_DIRECT too (their files padded to a block).
 func TestGCOnDisk(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) { testGCOnDisk(t, direct) })
+	}
+}
+
+func testGCOnDisk(t *testing.T, direct bool) {
 	defer func(g fsutil.Gradual) { logDeletion = g }(logDeletion)
 	logDeletion = fsutil.Gradual{Step: 4 << 10, Pause: 100 * time.Microsecond}
 	opts := gcOptions(vfs.Default)
 	opts.Dir = t.TempDir()
+	opts.EntryLogDirectIO = direct
 	s := openT(t, opts)
 	defer closeT(t, s)
 	const size = 1000

@@ -53,6 +53,11 @@ type Options struct {
 	// storage's own buffers (diskread.go). Default 0: the page cache is
 	// left to the kernel. At least MinEntryLogPageCacheKeep.
 	EntryLogPageCacheKeep int64
+	// EntryLogDirectIO writes the entry logs with O_DIRECT where the file
+	// system allows it (directwrite.go); they are still read through the
+	// page cache, and EntryLogPageCacheKeep does not apply. Default false:
+	// written through the page cache.
+	EntryLogDirectIO bool
 	// WriteBufferSize is the entry-log write buffer; appends reach the file
 	// when it fills. Default 1 MiB.
 	WriteBufferSize int

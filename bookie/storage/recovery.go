@@ -70,7 +70,7 @@ func recoverStorage(o Options, idx *index, logDir string) (*Storage, error) {
 	for id := range metas {
 		next = max(next, id+1)
 	}
-	logs, err := openEntryLogs(o.FS, logDir, o.EntryLogMaxSize, o.WriteBufferSize, o.EntryLogPageCacheKeep, next, o.Logger)
+	logs, err := openEntryLogs(o.FS, logDir, o.EntryLogMaxSize, o.WriteBufferSize, o.EntryLogDirectIO, o.EntryLogPageCacheKeep, next, o.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,8 @@ var bookieStorageSettings = []setting{
 	{"journal-direct-io", "true", "bool", "write journal records with O_DIRECT (not through the page cache, which only recovery would read); where the file system refuses it (at open or at the first write), the bookie logs a warning and uses the page cache"},
 	{"journal-reuse-files", "2", "count", "journal files a checkpoint released that are kept to be written over by later files (cheaper fsyncs, no deletions on the write path); others are deleted gradually; 0 deletes them all"},
 	{"entry-log-max-size", "1073741824", "bytes", "start a new entry log when the current one passes this size"},
-	{"entry-log-page-cache-keep", "0", "bytes", "keep only the newest this many written bytes of entry logs in the page cache, dropping older pages once written back (Linux); reads of older entries then go to the disk; 0 leaves the page cache to the kernel"},
+	{"entry-log-direct-io", "false", "bool", "write entry logs with O_DIRECT, not through the page cache (less CPU per byte written; catching-up reads then come from the disk, as they still go through the page cache but find nothing there); where the file system refuses it (at open or at a write), the bookie logs a warning and uses the page cache"},
+	{"entry-log-page-cache-keep", "0", "bytes", "with entry-log-direct-io=false: keep only the newest this many written bytes of entry logs in the page cache, dropping older pages once written back (Linux); reads of older entries then go to the disk; 0 leaves the page cache to the kernel"},
 	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files released"},
 	{"gc-interval", "60s", "duration", "how often the space of deleted ledgers is reclaimed"},
 	{"gc-min-live-ratio", "0.5", "ratio", "compact an entry log when less than this fraction of it is still live"},
@@ -166,6 +167,11 @@ func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) 
 	if o.EntryLogMaxSize, err = check(sv, s("entry-log-max-size"), parsePositiveInt); err != nil {
 		return o, err
 	}
+	logDirect, err := check(sv, s("entry-log-direct-io"), parseBool)
+	if err != nil {
+		return o, err
+	}
+	o.EntryLogDirectIO = logDirect
 	if o.EntryLogPageCacheKeep, err = check(sv, s("entry-log-page-cache-keep"), parsePageCacheKeep); err != nil {
 		return o, err
 	}

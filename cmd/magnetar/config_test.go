@@ -90,6 +90,8 @@ func TestPrecedence(t *testing.T) {
 			func(r inProcess) string { return loggerLevel(r.app.logger) }},
 		{"journal-direct-io", "true", "false", "true", "false",
 			func(r inProcess) string { return strconv.FormatBool(!r.cfg.BookieStorage.Journal.BufferedIO) }},
+		{"entry-log-direct-io", "false", "true", "false", "true",
+			func(r inProcess) string { return strconv.FormatBool(r.cfg.BookieStorage.EntryLogDirectIO) }},
 		{"entry-log-page-cache-keep", "0", "4194304", "8388608", "16777216",
 			func(r inProcess) string { return strconv.FormatInt(r.cfg.BookieStorage.EntryLogPageCacheKeep, 10) }},
 	}
@@ -227,6 +229,7 @@ func equalConfig(a, b standaloneConfig) bool {
 		a.BookieStorage.NoSync == b.BookieStorage.NoSync && equalJournal(a.BookieStorage.Journal, b.BookieStorage.Journal) &&
 		a.BookieStorage.EntryLogMaxSize == b.BookieStorage.EntryLogMaxSize &&
 		a.BookieStorage.EntryLogPageCacheKeep == b.BookieStorage.EntryLogPageCacheKeep &&
+		a.BookieStorage.EntryLogDirectIO == b.BookieStorage.EntryLogDirectIO &&
 		a.BookieStorage.CheckpointInterval == b.BookieStorage.CheckpointInterval &&
 		a.BookieStorage.GCInterval == b.BookieStorage.GCInterval && a.BookieStorage.GCMinLiveRatio == b.BookieStorage.GCMinLiveRatio
 }

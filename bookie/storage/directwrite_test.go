@@ -1,0 +1,343 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// checkedDirectWrites makes every O_DIRECT entry-log write check the
+// alignment O_DIRECT needs (file systems differ in how strictly they
+// enforce it) for the rest of the test, counting the writes.
+func checkedDirectWrites(t *testing.T) *directWriteLog {
+	t.Helper()
+	rec := &directWriteLog{}
+	old := directWriteAt
+	directWriteAt = func(f *os.File, b []byte, off int64) (int, error) {
+		rec.mu.Lock()
+		rec.writes++
+		rec.mu.Unlock()
+		if off%diskBlock != 0 || len(b)%diskBlock != 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%diskBlock != 0 {
+			rec.mu.Lock()
+			rec.unaligned++
+			rec.mu.Unlock()
+			return 0, fmt.Errorf("unaligned O_DIRECT write: %d bytes at %d", len(b), off)
+		}
+		if rec.refuse {
+			return 0, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.EINVAL}
+		}
+		return old(f, b, off)
+	}
+	t.Cleanup(func() { directWriteAt = old })
+	return rec
+}
+
+type directWriteLog struct {
+	mu        sync.Mutex
+	writes    int
+	unaligned int
+	refuse    bool // fail as a file system refusing O_DIRECT writes does
+}
+
+// openedDirect reports whether f's descriptor has O_DIRECT set, from
+// /proc/self/fdinfo.
+func openedDirect(t *testing.T, f *os.File) bool {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", f.Fd()))
+	if err != nil {
+		t.Fatalf("fdinfo: %v", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			if err != nil {
+				t.Fatalf("fdinfo flags %q: %v", v, err)
+			}
+			return flags&syscall.O_DIRECT != 0
+		}
+	}
+	t.Fatalf("fdinfo of fd %d has no flags", f.Fd())
+	return false
+}
+
+// With EntryLogDirectIO, on the operating system's file system the entry
+// logs are written with O_DIRECT: every write aligned, entries of every size (smaller
+// than a block, straddling blocks, larger than the write buffer) read back
+// from the buffer before a flush, from the file after, and after a reopen;
+// the files a whole number of blocks.
+func TestDirectEntryLogWrites(t *testing.T) {
+	rec := checkedDirectWrites(t)
+	opts := testOptions(vfs.Default)
+	opts.Dir = t.TempDir()
+	opts.EntryLogDirectIO = true
+	opts.WriteBufferSize = 64 << 10
+	opts.EntryLogMaxSize = 1 << 20
+	s := openT(t, opts)
+	s.logs.mu.Lock()
+	direct := s.logs.cur.direct
+	s.logs.mu.Unlock()
+	if direct == nil || !openedDirect(t, direct.f) {
+		t.Fatal("the current entry log is not written with O_DIRECT")
+	}
+	rng := rngFor(1)
+	sizes := map[int64]int{}
+	const n = 400
+	for e := range int64(n) {
+		size := 1 + rng.IntN(5000)
+		switch e % 50 {
+		case 7:
+			size = 100 << 10 // larger than the write buffer
+		case 8:
+			size = 4096 - 24
+		}
+		sizes[e] = size
+		mustAdd(t, s, 1, e, e-1, size)
+		if e%40 == 0 {
+			// Some in the buffer, some flushed, some in the rewritten
+			// tail block.
+			for r := max(0, e-5); r <= e; r++ {
+				checkEntry(t, s, 1, r, sizes[r])
+			}
+		}
+		if e == n/2 {
+			if err := s.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for e := range int64(n) {
+		checkEntry(t, s, 1, e, sizes[e])
+	}
+	closeT(t, s)
+	if rec.unaligned > 0 || rec.writes == 0 {
+		t.Fatalf("%d O_DIRECT writes, %d unaligned", rec.writes, rec.unaligned)
+	}
+	logs, _ := filepath.Glob(filepath.Join(opts.Dir, "entrylogs", "*"+logSuffix))
+	if len(logs) < 2 {
+		t.Fatalf("%d entry logs, want several (rotation)", len(logs))
+	}
+	for _, p := range logs {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size()%diskBlock != 0 {
+			t.Errorf("%s: %d bytes, not a whole number of blocks", p, fi.Size())
+		}
+	}
+	s = openT(t, opts)
+	defer closeT(t, s)
+	for e := range int64(n) {
+		checkEntry(t, s, 1, e, sizes[e])
+	}
+}
+
+// A log written with O_DIRECT ends in the zeros padding its last block: a
+// scan up to the log's valid length finds every record and nothing wrong;
+// a scan of the whole file (a log left by a crash, without metadata) finds
+// every record and then a torn tail, as after any crash.
+func TestDirectEntryLogPadding(t *testing.T) {
+	checkedDirectWrites(t)
+	dir := t.TempDir()
+	l, err := openEntryLogs(vfs.Default, dir, 1<<30, 16<<10, true, 0, 1, discardLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	var locs []location
+	for i := range 50 {
+		e := mkEntry(3, int64(i), int64(i)-1, 100+i*37)
+		loc, err := l.append(3, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locs = append(locs, loc)
+	}
+	if _, err := l.sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	valid := l.cur.size()
+	l.mu.Unlock()
+	size, err := l.fileSize(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size%diskBlock != 0 || size < valid || size >= valid+diskBlock {
+		t.Fatalf("file of %d bytes for %d valid: want the next block boundary", size, valid)
+	}
+	count := func(limit int64) (int, int64, error) {
+		var got int
+		end, bad, err := l.scan(1, limit, func(loc location, _ []byte) error {
+			if loc != locs[got] {
+				return fmt.Errorf("record %d at %+v, appended at %+v", got, loc, locs[got])
+			}
+			got++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, end, bad
+	}
+	if got, end, bad := count(valid); got != len(locs) || end != valid || bad != nil {
+		t.Fatalf("scan to the valid length: %d records to %d, %v; want %d to %d, nothing wrong", got, end, bad, len(locs), valid)
+	}
+	got, end, bad := count(-1)
+	var ce *CorruptionError
+	if got != len(locs) || end != valid || !errors.As(bad, &ce) {
+		t.Fatalf("scan of the whole file: %d records to %d, %v; want %d to %d, then a torn tail", got, end, bad, len(locs), valid)
+	}
+}
+
+// A file system that takes O_DIRECT at open but refuses the writes: the
+// write is made through the page cache instead, with one warning, the
+// logs created after it are written through the page cache, and nothing
+// is lost.
+func TestDirectEntryLogWriteRefused(t *testing.T) {
+	rec := checkedDirectWrites(t)
+	rec.refuse = true
+	var logBuf bytes.Buffer
+	var logMu sync.Mutex
+	opts := testOptions(vfs.Default)
+	opts.Dir = t.TempDir()
+	opts.EntryLogDirectIO = true
+	opts.WriteBufferSize = 16 << 10
+	opts.EntryLogMaxSize = 64 << 10
+	opts.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, nil))
+	s := openT(t, opts)
+	const n = 200
+	for e := range int64(n) {
+		mustAdd(t, s, 1, e, e-1, 1000)
+	}
+	for e := range int64(n) {
+		checkEntry(t, s, 1, e, 1000)
+	}
+	s.logs.mu.Lock()
+	cur, directIO := s.logs.cur, s.logs.directIO
+	s.logs.mu.Unlock()
+	if directIO || cur.direct != nil && cur.direct.direct {
+		t.Fatal("still writing with O_DIRECT after the file system refused it")
+	}
+	closeT(t, s)
+	logMu.Lock()
+	warnings := strings.Count(logBuf.String(), "O_DIRECT cannot be used")
+	logMu.Unlock()
+	if warnings != 1 {
+		t.Fatalf("%d warnings about O_DIRECT, want 1:\n%s", warnings, logBuf.String())
+	}
+	s = openT(t, opts)
+	defer closeT(t, s)
+	for e := range int64(n) {
+		checkEntry(t, s, 1, e, 1000)
+	}
+}
+
+// Where the storage's files are not the operating system's (an in-memory
+// file system), the logs are written through it, after one warning.
+func TestDirectEntryLogNotOSFiles(t *testing.T) {
+	var logBuf bytes.Buffer
+	var logMu sync.Mutex
+	opts := testOptions(vfs.NewMem())
+	opts.EntryLogDirectIO = true
+	opts.EntryLogMaxSize = 16 << 10
+	opts.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, nil))
+	s := openT(t, opts)
+	defer closeT(t, s)
+	for e := range int64(100) {
+		mustAdd(t, s, 1, e, e-1, 1000)
+	}
+	for e := range int64(100) {
+		checkEntry(t, s, 1, e, 1000)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if n := strings.Count(logBuf.String(), "O_DIRECT cannot be used"); n != 1 {
+		t.Fatalf("%d warnings about O_DIRECT, want 1:\n%s", n, logBuf.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// Reads through the page cache of a log being written with O_DIRECT, its
+// last block rewritten by every flush, concurrently with the writes: every
+// entry reads back whole (the kernel drops cached pages a direct write
+// overwrites).
+func TestDirectEntryLogConcurrentReads(t *testing.T) {
+	checkedDirectWrites(t)
+	opts := testOptions(vfs.Default)
+	opts.Dir = t.TempDir()
+	opts.EntryLogDirectIO = true
+	opts.WriteBufferSize = 8 << 10
+	opts.EntryLogMaxSize = 4 << 20
+	s := openT(t, opts)
+	defer closeT(t, s)
+	const n, size = 2000, 700
+	var added atomic.Int64
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rngFor(r + 10)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				top := added.Load()
+				if top == 0 {
+					continue
+				}
+				// The newest entries most: those in the block being rewritten.
+				e := max(0, top-1-int64(rng.IntN(min(int(top), 20))))
+				if rng.IntN(4) == 0 {
+					e = int64(rng.IntN(int(top)))
+				}
+				got, err := s.ReadEntry(1, e)
+				if err == nil && !bytes.Equal(got, mkEntry(1, e, e-1, size)) {
+					err = fmt.Errorf("entry %d read back different", e)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for e := range int64(n) {
+		mustAdd(t, s, 1, e, e-1, size)
+		added.Store(e + 1)
+	}
+	close(done)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+}
