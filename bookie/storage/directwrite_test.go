@@ -44,6 +44,18 @@ func checkedDirectWrites(t *testing.T) *directWriteLog {
 	return rec
 }
 
+// directOptions are options of a storage on disk, in a test directory,
+// writing its entry logs with O_DIRECT through a write buffer of bufSize,
+// a new log past maxSize.
+func directOptions(t *testing.T, bufSize int, maxSize int64) Options {
+	opts := testOptions(vfs.Default)
+	opts.Dir = t.TempDir()
+	opts.EntryLogDirectIO = true
+	opts.WriteBufferSize = bufSize
+	opts.EntryLogMaxSize = maxSize
+	return opts
+}
+
 type directWriteLog struct {
 	mu        sync.Mutex
 	writes    int
@@ -79,11 +91,7 @@ func openedDirect(t *testing.T, f *os.File) bool {
 // the files a whole number of blocks.
 func TestDirectEntryLogWrites(t *testing.T) {
 	rec := checkedDirectWrites(t)
-	opts := testOptions(vfs.Default)
-	opts.Dir = t.TempDir()
-	opts.EntryLogDirectIO = true
-	opts.WriteBufferSize = 64 << 10
-	opts.EntryLogMaxSize = 1 << 20
+	opts := directOptions(t, 64<<10, 1<<20)
 	s := openT(t, opts)
 	s.logs.mu.Lock()
 	direct := s.logs.cur.direct
@@ -211,11 +219,7 @@ func TestDirectEntryLogWriteRefused(t *testing.T) {
 	rec.refuse = true
 	var logBuf bytes.Buffer
 	var logMu sync.Mutex
-	opts := testOptions(vfs.Default)
-	opts.Dir = t.TempDir()
-	opts.EntryLogDirectIO = true
-	opts.WriteBufferSize = 16 << 10
-	opts.EntryLogMaxSize = 64 << 10
+	opts := directOptions(t, 16<<10, 64<<10)
 	opts.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, nil))
 	s := openT(t, opts)
 	const n = 200
@@ -286,11 +290,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // overwrites).
 func TestDirectEntryLogConcurrentReads(t *testing.T) {
 	checkedDirectWrites(t)
-	opts := testOptions(vfs.Default)
-	opts.Dir = t.TempDir()
-	opts.EntryLogDirectIO = true
-	opts.WriteBufferSize = 8 << 10
-	opts.EntryLogMaxSize = 4 << 20
+	opts := directOptions(t, 8<<10, 4<<20)
 	s := openT(t, opts)
 	defer closeT(t, s)
 	const n, size = 2000, 700
