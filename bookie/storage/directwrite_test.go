@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -217,10 +216,9 @@ func TestDirectEntryLogPadding(t *testing.T) {
 func TestDirectEntryLogWriteRefused(t *testing.T) {
 	rec := checkedDirectWrites(t)
 	rec.refuse = true
-	var logBuf bytes.Buffer
-	var logMu sync.Mutex
+	logger, warnings := directWarnings(t)
 	opts := directOptions(t, 16<<10, 64<<10)
-	opts.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, nil))
+	opts.Logger = logger
 	s := openT(t, opts)
 	const n = 200
 	for e := range int64(n) {
@@ -236,12 +234,8 @@ func TestDirectEntryLogWriteRefused(t *testing.T) {
 		t.Fatal("still writing with O_DIRECT after the file system refused it")
 	}
 	closeT(t, s)
-	logMu.Lock()
-	warnings := strings.Count(logBuf.String(), "O_DIRECT cannot be used")
-	logMu.Unlock()
-	if warnings != 1 {
-		t.Fatalf("%d warnings about O_DIRECT, want 1:\n%s", warnings, logBuf.String())
-	}
+	warnings(1)
+	opts.Logger = discardLogger
 	s = openT(t, opts)
 	defer closeT(t, s)
 	for e := range int64(n) {
@@ -252,12 +246,11 @@ func TestDirectEntryLogWriteRefused(t *testing.T) {
 // Where the storage's files are not the operating system's (an in-memory
 // file system), the logs are written through it, after one warning.
 func TestDirectEntryLogNotOSFiles(t *testing.T) {
-	var logBuf bytes.Buffer
-	var logMu sync.Mutex
+	logger, warnings := directWarnings(t)
 	opts := testOptions(vfs.NewMem())
 	opts.EntryLogDirectIO = true
 	opts.EntryLogMaxSize = 16 << 10
-	opts.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, nil))
+	opts.Logger = logger
 	s := openT(t, opts)
 	defer closeT(t, s)
 	for e := range int64(100) {
@@ -266,22 +259,7 @@ func TestDirectEntryLogNotOSFiles(t *testing.T) {
 	for e := range int64(100) {
 		checkEntry(t, s, 1, e, 1000)
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
-	if n := strings.Count(logBuf.String(), "O_DIRECT cannot be used"); n != 1 {
-		t.Fatalf("%d warnings about O_DIRECT, want 1:\n%s", n, logBuf.String())
-	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+	warnings(1)
 }
 
 // Reads through the page cache of a log being written with O_DIRECT, its
