@@ -98,29 +98,80 @@ func aligned(b []byte, n int) bool {
 	return cap(b) >= n && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%diskBlock == 0
 }
 
-// flushDirectLocked writes w's buffer at w.written (a block boundary),
-// padded with zeros to the next one, and keeps the last partial block's
-// bytes at the front of the buffer, w.written moving to the block's start.
-// On failure the buffer is kept, so reads keep being served from it.
+// logWrite is a direct flush under way: buf[:n] (n: the bytes it
+// holds, before the padding) written at off, by a goroutine of its own;
+// done is closed when the write has returned, with refused and err.
+type logWrite struct {
+	buf     []byte
+	n       int
+	off     int64
+	done    chan struct{}
+	refused bool
+	err     error
+	path    string
+}
+
+// failure is the write's error, for the storage's failure.
+func (lw *logWrite) failure() error {
+	return fmt.Errorf("storage: write entry log %s: %w", lw.path, lw.err)
+}
+
+// flushDirectLocked starts writing w's buffer at w.written (a block
+// boundary), padded with zeros to the next one, and returns without
+// waiting for the disk: the applier goes on filling a second buffer while
+// the first is written. The write before it, if any, is collected first,
+// so one write is under way at a time and they reach the file in order.
+// The new buffer starts with the last partial block's bytes, w.written
+// moving to the block's start; the bytes before it are read from the
+// write's buffer until the write is collected (entryLogs.read).
 func (l *entryLogs) flushDirectLocked(w *logWriter) error {
+	if err := l.collectWriteLocked(w); err != nil {
+		return err
+	}
 	n := len(w.buf)
 	padded := (n + diskBlock - 1) &^ (diskBlock - 1)
 	if !aligned(w.buf, padded) { // an entry larger than the buffer grew it
 		w.buf = directBuffer(l.bufSize, w.buf)
 	}
-	b := w.buf[:padded]
-	clear(b[n:])
-	refused, err := w.direct.writeAt(w.path, b, w.written)
-	if refused {
-		l.directRefused(fmt.Sprintf("O_DIRECT write of %s: refused", w.path))
-	}
-	if err != nil {
-		return l.failLocked(fmt.Errorf("storage: write entry log %s: %w", w.path, err))
-	}
+	clear(w.buf[n:padded])
+	lw := &logWrite{buf: w.buf[:n], n: n, off: w.written, done: make(chan struct{}), path: w.path}
+	go func(d *directLog, b []byte) {
+		lw.refused, lw.err = d.writeAt(lw.path, b, lw.off)
+		close(lw.done)
+	}(w.direct, w.buf[:padded])
+	w.inflight = lw
+
 	last := n &^ (diskBlock - 1)
-	w.buf = w.buf[:copy(w.buf, w.buf[last:n])]
+	next := w.spare
+	if next == nil {
+		next = directBuffer(l.bufSize, nil)
+	}
+	w.spare = nil
+	w.buf = next[:copy(next[:cap(next)], lw.buf[last:n])]
 	w.tail = len(w.buf)
 	w.written += int64(last)
+	return nil
+}
+
+// collectWriteLocked waits for w's write under way, if any, and takes its
+// buffer back as the spare. A failed write stays in place, so reads keep
+// being served from its buffer, and fails the storage.
+func (l *entryLogs) collectWriteLocked(w *logWriter) error {
+	lw := w.inflight
+	if lw == nil {
+		return nil
+	}
+	<-lw.done
+	if lw.refused {
+		l.directRefused(fmt.Sprintf("O_DIRECT write of %s: refused", w.path))
+	}
+	if lw.err != nil {
+		return l.failLocked(lw.failure())
+	}
+	w.inflight = nil
+	if cap(lw.buf) < 2*(l.bufSize+diskBlock) { // not one an outsize entry grew
+		w.spare = lw.buf[:0]
+	}
 	return nil
 }
 

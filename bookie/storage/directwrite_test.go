@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -317,5 +318,141 @@ func TestDirectEntryLogConcurrentReads(t *testing.T) {
 	case err := <-errs:
 		t.Fatal(err)
 	default:
+	}
+}
+
+// heldDirectWrites holds every O_DIRECT entry-log write until the test
+// sends on the returned channel (or closes it: all go through), failing
+// each with fail if set; started receives each write's offset as it starts.
+func heldDirectWrites(t *testing.T, fail error) (release chan struct{}, started chan int64) {
+	t.Helper()
+	release, started = make(chan struct{}), make(chan int64, 100)
+	old := directWriteAt
+	directWriteAt = func(f *os.File, b []byte, off int64) (int, error) {
+		started <- off
+		<-release
+		if fail != nil {
+			return 0, fail
+		}
+		return old(f, b, off)
+	}
+	t.Cleanup(func() { directWriteAt = old })
+	return release, started
+}
+
+// A direct flush does not wait for the disk: while a write is under way
+// the applier fills the other buffer, entries in the write's buffer and
+// in the new one read back, a second flush waits for the first, and a
+// checkpoint returns only once the writes are done.
+func TestDirectEntryLogWriteInFlight(t *testing.T) {
+	release, started := heldDirectWrites(t, nil)
+	opts := directOptions(t, 16<<10, 1<<30)
+	s := openT(t, opts)
+	defer func() {
+		close(release)
+		closeT(t, s)
+	}()
+	const size = 3000
+	// Six entries fill the first buffer past 16 KiB: the sixth's add
+	// starts a write and returns while it is held.
+	added := make(chan error, 1)
+	go func() {
+		for e := range int64(6) {
+			if err := add(t, s, mkEntry(1, e, e-1, size)); err != nil {
+				added <- err
+				return
+			}
+		}
+		added <- s.awaitApplied()
+	}()
+	select {
+	case err := <-added:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("adding waits for the O_DIRECT write")
+	}
+	select {
+	case off := <-started:
+		if off != 0 {
+			t.Fatalf("first write at %d, want 0", off)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no O_DIRECT write started after a full buffer")
+	}
+	s.logs.mu.Lock()
+	inflight := s.logs.cur.inflight
+	s.logs.mu.Unlock()
+	if inflight == nil {
+		t.Fatal("no write under way after a full buffer")
+	}
+	for e := range int64(6) {
+		checkEntry(t, s, 1, e, size)
+	}
+	// More entries go to the new buffer meanwhile.
+	for e := int64(6); e < 9; e++ {
+		mustAdd(t, s, 1, e, e-1, size)
+	}
+	for e := range int64(9) {
+		checkEntry(t, s, 1, e, size)
+	}
+	// A checkpoint flushes the rest and must wait for both writes.
+	checkpointed := make(chan error, 1)
+	go func() { checkpointed <- s.Checkpoint() }()
+	select {
+	case err := <-checkpointed:
+		t.Fatalf("checkpoint returned (%v) while the write was held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release <- struct{}{} // the first write
+	select {
+	case off := <-started:
+		if off == 0 || off%diskBlock != 0 {
+			t.Fatalf("second write at %d, want a later block boundary", off)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the checkpoint's flush did not start its write")
+	}
+	select {
+	case err := <-checkpointed:
+		t.Fatalf("checkpoint returned (%v) while its own write was held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release <- struct{}{}
+	if err := <-checkpointed; err != nil {
+		t.Fatal(err)
+	}
+	for e := range int64(9) {
+		checkEntry(t, s, 1, e, size)
+	}
+}
+
+// A direct write failing while under way fails the storage, as a failed
+// write always does: the next add and the next checkpoint say why, and
+// what was added before reads back from memory.
+func TestDirectEntryLogWriteInFlightFails(t *testing.T) {
+	release, started := heldDirectWrites(t, syscall.EIO)
+	opts := directOptions(t, 16<<10, 1<<30)
+	s := openT(t, opts)
+	defer s.Close() // fails: the storage failed
+	const size = 3000
+	for e := range int64(6) {
+		mustAdd(t, s, 1, e, e-1, size)
+	}
+	<-started
+	close(release)
+	for e := range int64(6) {
+		checkEntry(t, s, 1, e, size)
+	}
+	err := s.Checkpoint()
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "write entry log") {
+		t.Fatalf("checkpoint after a failed write: %v, want the write's EIO", err)
+	}
+	if _, err := s.logs.append(1, mkEntry(1, 6, 5, size)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("append after a failed write: %v, want the write's EIO", err)
+	}
+	for e := range int64(6) {
+		checkEntry(t, s, 1, e, size)
 	}
 }

@@ -12,7 +12,8 @@
 // on with the next group. The applier takes everything handed to it and
 // applies it in journal order: entries appended to the current entry log
 // (a buffer, written when full, its writeback started as it grows; or
-// written with O_DIRECT, Options.EntryLogDirectIO, directwrite.go),
+// written with O_DIRECT by a goroutine while the next buffer fills,
+// Options.EntryLogDirectIO, directwrite.go),
 // indexed with one Pebble batch (not synced) up to the next fence or
 // delete, counted in the ledgers' LACs. Reads and LAC queries that could
 // concern an acknowledged add wait for the applier (ack.go). Fence and

@@ -85,10 +85,15 @@ type logWriter struct {
 	buf     []byte     // records not yet written; buf[0] is at file offset written
 	written int64
 	// tail: with direct writes, the first tail bytes of buf are in the
-	// file already (the last partial block written, written again by the
-	// next flush).
-	tail    int
-	ledgers map[int64]int64 // record bytes per ledger, for the log's metadata
+	// file already, or in inflight's write (the last partial block
+	// written, written again by the next flush).
+	tail int
+	// inflight: with direct writes, the write under way (or done and not
+	// yet collected), whose bytes precede buf's tail; spare: the buffer
+	// the next flush switches to (directwrite.go).
+	inflight *logWrite
+	spare    []byte
+	ledgers  map[int64]int64 // record bytes per ledger, for the log's metadata
 	// writeback is the offset up to which writeback was last asked for
 	// (writebackBytes). Guarded by entryLogs.mu.
 	writeback int64
@@ -156,8 +161,10 @@ func (r *logReader) directFile(l *entryLogs, path string) *os.File {
 // Invariants:
 //   - Every record that starts before written is wholly in the file, and
 //     the buffer holds every byte from written on, so a read is served
-//     from one or the other. (With direct writes the buffer may start in
-//     the middle of a record, one the file holds whole.)
+//     from one or the other. With direct writes, the records from the
+//     in-flight write's offset to written are wholly in its buffer
+//     instead, until the write is collected (and the buffer may start in
+//     the middle of a record, one the file or the write holds whole).
 //   - Logs are only appended to while current; a new process always
 //     starts a new log, so a possibly torn tail is never appended to.
 //   - A finished log leaves pending only once it is fsynced; sync hands
@@ -374,13 +381,17 @@ func (l *entryLogs) rotateLocked() error {
 	if err := l.flushLocked(old); err != nil {
 		return err
 	}
+	// A finished log is read from its file alone.
+	if err := l.collectWriteLocked(old); err != nil {
+		return err
+	}
 	w, err := l.createLocked()
 	if err != nil {
 		return l.failLocked(err)
 	}
 	// Written out (with direct writes, its last block too); the next log
 	// has its own buffer.
-	old.written, old.buf, old.tail = old.size(), nil, 0
+	old.written, old.buf, old.tail, old.spare = old.size(), nil, 0, nil
 	l.pending = append(l.pending, old)
 	l.cur = w
 	return nil
@@ -414,12 +425,14 @@ func (l *entryLogs) sync() ([]*logWriter, error) {
 		return nil, l.err
 	}
 	var files []*logWriter
+	var write *logWrite
 	if l.cur != nil {
 		if err := l.flushLocked(l.cur); err != nil {
 			l.mu.Unlock()
 			return nil, err
 		}
 		files = append(files, l.cur)
+		write = l.cur.inflight
 	}
 	finished := slices.Clone(l.pending)
 	files = append(files, finished...)
@@ -427,8 +440,18 @@ func (l *entryLogs) sync() ([]*logWriter, error) {
 	l.dirDirty = false
 	l.mu.Unlock()
 
-	// fsync outside mu: appends continue meanwhile. The current log's file
-	// is only closed by close(), after the last sync.
+	// Wait and fsync outside mu: appends continue meanwhile. Once the
+	// current log's last write is done, so are all before it (a flush
+	// starts only after the one before it). Its file is only closed by
+	// close(), after the last sync.
+	if write != nil {
+		<-write.done
+		if write.err != nil {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return nil, l.failLocked(write.failure())
+		}
+	}
 	for _, w := range files {
 		if err := w.f.Sync(); err != nil {
 			l.mu.Lock()
@@ -468,6 +491,9 @@ func (l *entryLogs) finish() error {
 	if err := l.flushLocked(l.cur); err != nil {
 		return err
 	}
+	if err := l.collectWriteLocked(l.cur); err != nil {
+		return err
+	}
 	l.pending = append(l.pending, l.cur)
 	l.cur = nil
 	return nil
@@ -502,19 +528,25 @@ func (l *entryLogs) read(loc location) ([]byte, error) {
 	start := loc.offset - recordPrefixSize
 
 	l.mu.Lock()
-	if w := l.cur; w != nil && w.id == loc.log && start >= w.written {
-		from := start - w.written
-		if from+recordPrefixSize+int64(len(e)) > int64(len(w.buf)) {
-			l.mu.Unlock()
-			return nil, corruptf(w.path, start, "record of %d bytes past the end of the log (%d bytes)", recordPrefixSize+len(e), w.size())
+	if w := l.cur; w != nil && w.id == loc.log {
+		buf, at := w.buf, w.written
+		if start < at && w.inflight != nil && start >= w.inflight.off {
+			buf, at = w.inflight.buf, w.inflight.off
 		}
-		if got := binary.BigEndian.Uint32(w.buf[from:]); got != loc.size {
+		if start >= at {
+			from := start - at
+			if from+recordPrefixSize+int64(len(e)) > int64(len(buf)) {
+				l.mu.Unlock()
+				return nil, corruptf(w.path, start, "record of %d bytes past the end of the log (%d bytes)", recordPrefixSize+len(e), w.size())
+			}
+			if got := binary.BigEndian.Uint32(buf[from:]); got != loc.size {
+				l.mu.Unlock()
+				return nil, corruptf(w.path, start, "record length %d, index says %d", got, loc.size)
+			}
+			copy(e, buf[from+recordPrefixSize:])
 			l.mu.Unlock()
-			return nil, corruptf(w.path, start, "record length %d, index says %d", got, loc.size)
+			return e, nil
 		}
-		copy(e, w.buf[from+recordPrefixSize:])
-		l.mu.Unlock()
-		return e, nil
 	}
 	l.mu.Unlock()
 	r, err := l.acquire(loc.log)
@@ -684,6 +716,9 @@ func (l *entryLogs) close() error {
 	l.mu.Lock()
 	var err error
 	if l.cur != nil {
+		if w := l.cur.inflight; w != nil {
+			<-w.done
+		}
 		err = l.cur.close()
 		l.cur = nil
 	}
