@@ -30,7 +30,7 @@ func TestNoopKafka(t *testing.T) {
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "store")
 	const size = 1 << 20
-	store, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, size, nil)
+	store, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, size, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,9 @@ func TestNoopKafka(t *testing.T) {
 
 // `magnetar perf noop-broker`, as perf all starts it: a child process that
 // says when it is ready, serves its protocol with its store in the
-// directory given, and on SIGTERM exits cleanly and removes the store.
-// Without a store it serves Pulsar only.
+// directory given (with perf-noop-entry-log, and an entry log written
+// after it), and on SIGTERM exits cleanly and removes them. Without a
+// store it serves Pulsar only, and no entry log.
 func TestPerfNoopBroker(t *testing.T) {
 	clearEnv(t)
 	exe := magnetarBinary(t)
@@ -123,7 +124,7 @@ func TestPerfNoopBroker(t *testing.T) {
 	dir := t.TempDir()
 	var logs syncBuffer
 	c, err := startChild(ctx, exe, []string{"perf", "noop-broker", "--perf-noop-protocol", "kafka", "--perf-noop-store-dir", dir,
-		"--log-format", "json"}, "durable no-op kafka", "magnetar perf noop-broker ready", &logs)
+		"--perf-noop-entry-log", "--log-format", "json"}, "durable no-op kafka", "magnetar perf noop-broker ready", &logs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,21 +139,39 @@ func TestPerfNoopBroker(t *testing.T) {
 	if resp, err := adm.CreateTopic(ctx, 1, -1, nil, "t"); err != nil || resp.Err != nil {
 		t.Fatalf("create topic: %v, %v", err, resp.Err)
 	}
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte("v")}).FirstErr(); err != nil {
+	value := []byte("a value to find in the entry log")
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: value}).FirstErr(); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
 	cl.Close()
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "noop-entrylog"))
+		if err == nil && bytes.Contains(data, value) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the record never reached the entry log (%v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := c.stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "noop-store")); !os.IsNotExist(err) {
-		t.Errorf("store file after exit: %v, want it removed", err)
+	for _, name := range []string{"noop-store", "noop-entrylog"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s after exit: %v, want it removed", name, err)
+		}
 	}
 
 	cmd := exec.Command(exe, "perf", "noop-broker", "--perf-noop-protocol", "kafka")
 	out, err := cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); err == nil || code != exitUsage || !strings.Contains(string(out), "the Kafka no-op broker needs a store") {
 		t.Errorf("kafka without a store: exit %d, %v: %s", code, err, out)
+	}
+	cmd = exec.Command(exe, "perf", "noop-broker", "--perf-noop-entry-log")
+	out, err = cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != exitUsage || !strings.Contains(string(out), "perf-noop-entry-log: needs perf-noop-store-dir") {
+		t.Errorf("an entry log without a store: exit %d, %v: %s", code, err, out)
 	}
 }
 

@@ -89,7 +89,7 @@ type noopBookie struct {
 // startNoopBookie starts a durable no-op bookie on 127.0.0.1, its file in
 // dir, registered as available in store; onSync counts its fdatasyncs.
 func startNoopBookie(ctx context.Context, dir string, store meta.Store, onSync func(int), log *slog.Logger) (*noopBookie, error) {
-	st, err := openNoopStore(ctx, log, vfs.Default, filepath.Join(dir, "noop-bookie"), noopStoreSize, onSync)
+	st, err := openNoopStore(ctx, log, vfs.Default, filepath.Join(dir, "noop-bookie"), noopStoreSize, onSync, "")
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ func TestNoopBookieStorage(t *testing.T) {
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "store")
 	var synced int
-	st, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, 64<<10, func(n int) { synced += n })
+	st, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, 64<<10, func(n int) { synced += n }, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestNoopBookieStorage(t *testing.T) {
 	}
 	st.Close()
 
-	st, err = openNoopStore(ctx, slog.New(slog.DiscardHandler), failingWritesFS{vfs.Default}, path, 64<<10, nil)
+	st, err = openNoopStore(ctx, slog.New(slog.DiscardHandler), failingWritesFS{vfs.Default}, path, 64<<10, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,4 +81,113 @@ func TestNoopBookieStorage(t *testing.T) {
 	if err := add(entry.Encode(nil, entry.Header{Ledger: 1, LAC: -1}, []byte("x"))); err == nil {
 		t.Error("an add acknowledged by a store that cannot write")
 	}
+}
+
+// With an entry log, the durable no-op store writes every byte it made
+// durable a second time, in order, to a growing file beside it, removed
+// at Close with the store's; an entry log that cannot be written fails
+// the store, with a log line, so later messages are refused.
+func TestNoopStoreEntryLog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	path, logPath := filepath.Join(dir, "store"), filepath.Join(dir, "entrylog")
+	st, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, 64<<10, nil, logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for i := range 200 {
+		data := bytes.Repeat([]byte{byte(i)}, 1000+i)
+		want = append(want, data...)
+		done := make(chan error, 1)
+		if err := st.addFunc(data, func(err error) { done <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("add %d: %v", i, err)
+		}
+	}
+	for {
+		got, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(got, want) {
+			break
+		}
+		if len(got) >= len(want) || ctx.Err() != nil {
+			t.Fatalf("entry log of %d bytes, not the %d bytes added, in order", len(got), len(want))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st.Close()
+	for _, p := range []string{path, logPath} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after Close: %v, want it removed", p, err)
+		}
+	}
+
+	logged := &syncWriter{}
+	st, err = openNoopStore(ctx, slog.New(slog.NewTextHandler(logged, nil)), failingCreateFS{vfs.Default, logPath}, path, 64<<10, nil, logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for {
+		done := make(chan error, 1)
+		err := st.addFunc([]byte("x"), func(err error) { done <- err })
+		if err == nil {
+			err = <-done
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), "entry log") {
+				t.Errorf("refused with %v, want the entry log's failure", err)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("a store whose entry log cannot be written still takes messages")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l := logged.String(); !strings.Contains(l, "the store failed") {
+		t.Errorf("no log line for the failure: %q", l)
+	}
+}
+
+// failingCreateFS creates the file at path with writes that fail.
+type failingCreateFS struct {
+	vfs.FS
+	path string
+}
+
+func (fs failingCreateFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	if err != nil || name != fs.path {
+		return f, err
+	}
+	return failingWriteFile{f}, nil
+}
+
+type failingWriteFile struct{ vfs.File }
+
+func (failingWriteFile) Write([]byte) (int, error) { return 0, errors.New("injected write failure") }
+
+// syncWriter keeps what is written to it, for concurrent writers.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(b)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

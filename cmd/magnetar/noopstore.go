@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -105,17 +106,22 @@ func (c *noopConn) write(b []byte) error {
 // first and then written over as a ring, as a journal reusing its files
 // does, so that no fdatasync has a file size to commit. The durable no-op
 // bookie (noopbookie.go) uses it too, with callbacks for replies.
+//
+// With an entry log (openNoopStore's entryLog), each group is also
+// written a second time once durable, as a bookie's applier writes its
+// entries into an entry log after the journal (noopEntryLog).
 type noopStore struct {
-	log    *slog.Logger
-	f      vfs.File
-	size   int64           // the ring's size
-	onSync func(bytes int) // if set, called after each fdatasync with the bytes it covered
-	mu     sync.Mutex
-	queue  []noopSend
-	err    error // the writer's failure; then add fails
-	more   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	log      *slog.Logger
+	f        vfs.File
+	size     int64           // the ring's size
+	onSync   func(bytes int) // if set, called after each fdatasync with the bytes it covered
+	entryLog *noopEntryLog   // nil: each byte written once
+	mu       sync.Mutex
+	queue    []noopSend
+	err      error // the writer's failure; then add fails
+	more     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 // noopStoreSize is the size of the durable no-op broker's file.
@@ -132,8 +138,9 @@ type noopSend struct {
 }
 
 // openNoopStore prefills a size-byte file at path (removed by Close);
-// onSync may be nil.
-func openNoopStore(ctx context.Context, log *slog.Logger, fs vfs.FS, path string, size int64, onSync func(int)) (*noopStore, error) {
+// onSync may be nil. With entryLog, every byte is also written to a
+// growing file at that path, removed by Close too.
+func openNoopStore(ctx context.Context, log *slog.Logger, fs vfs.FS, path string, size int64, onSync func(int), entryLog string) (*noopStore, error) {
 	buf := make([]byte, 1<<20)
 	fillPattern(buf)
 	if err := prefillFile(ctx, fs, path, buf, size); err != nil {
@@ -144,8 +151,28 @@ func openNoopStore(ctx context.Context, log *slog.Logger, fs vfs.FS, path string
 		return nil, fmt.Errorf("no-op broker's store: %w", err)
 	}
 	st := &noopStore{log: log, f: f, size: size, onSync: onSync, more: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if entryLog != "" {
+		if st.entryLog, err = openNoopEntryLog(fs, entryLog, st.fail); err != nil {
+			f.Close()
+			fs.Remove(path)
+			return nil, fmt.Errorf("no-op broker's entry log: %w", err)
+		}
+	}
 	go st.run(fs, path)
 	return st, nil
+}
+
+// fail makes every later add fail with err, with a log line.
+func (st *noopStore) fail(err error) {
+	st.mu.Lock()
+	first := st.err == nil
+	if first {
+		st.err = err
+	}
+	st.mu.Unlock()
+	if first {
+		st.log.Error("no-op broker: the store failed; later messages are refused", "err", err)
+	}
 }
 
 // add queues data; reply goes to c once it is durable, after the replies
@@ -178,6 +205,9 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 	defer close(st.done)
 	defer fs.Remove(path)
 	defer st.f.Close()
+	if st.entryLog != nil {
+		defer st.entryLog.close()
+	}
 	var (
 		group []noopSend
 		buf   []byte
@@ -229,6 +259,9 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 		if st.onSync != nil && len(buf) > 0 {
 			st.onSync(len(buf))
 		}
+		if st.entryLog != nil && len(buf) > 0 {
+			st.entryLog.add(buf)
+		}
 		for _, m := range group {
 			if m.done != nil {
 				m.done(nil)
@@ -249,4 +282,111 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 func (st *noopStore) Close() {
 	close(st.stop)
 	<-st.done
+}
+
+// noopEntryLog writes a durable no-op broker's bytes a second time, as a
+// bookie's applier writes entries into an entry log once the journal has
+// made them durable: in a goroutine of its own, through a queue of
+// bounded size (a full queue holds up the store's writer, and so the
+// acknowledgements, as the bookie's apply queue holds up its journal),
+// appended to a growing file through the page cache, with writeback
+// started every noopWritebackBytes (sync_file_range) and the file fdatasync'd
+// every checkpoint interval, as the bookie's entry logs are by default. It
+// does none of the bookie's other work (no index, no cache), so a bookie
+// writing each byte twice on this disk adds no faster than a broker on it.
+type noopEntryLog struct {
+	fs   vfs.FS
+	path string
+	f    vfs.File
+	fail func(error) // the store's: later adds fail
+	// queue carries groups to the writer, free their buffers back.
+	queue chan []byte
+	free  chan []byte
+	done  chan struct{}
+}
+
+// noopWritebackBytes: the bookie's entry logs start writeback each time
+// this many more bytes are written (bookie/storage's writebackBytes).
+const noopWritebackBytes = 512 << 10
+
+// noopEntryLogQueue bounds the groups waiting for the entry-log writer.
+const noopEntryLogQueue = 64
+
+// noopCheckpointInterval is how often the entry log is fdatasync'd: the
+// bookie's checkpoint interval.
+const noopCheckpointInterval = 10 * time.Second
+
+func openNoopEntryLog(fs vfs.FS, path string, fail func(error)) (*noopEntryLog, error) {
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	l := &noopEntryLog{fs: fs, path: path, f: f, fail: fail,
+		queue: make(chan []byte, noopEntryLogQueue), free: make(chan []byte, noopEntryLogQueue+1), done: make(chan struct{})}
+	go l.run()
+	return l, nil
+}
+
+// add queues a copy of b for the writer, waiting while the queue is full.
+func (l *noopEntryLog) add(b []byte) {
+	var c []byte
+	select {
+	case c = <-l.free:
+	default:
+	}
+	l.queue <- append(c[:0], b...)
+}
+
+func (l *noopEntryLog) run() {
+	defer close(l.done)
+	var written, writeback int64
+	checkpoint := time.NewTicker(noopCheckpointInterval)
+	defer checkpoint.Stop()
+	failed := false
+	for {
+		var b []byte
+		var ok bool
+		select {
+		case b, ok = <-l.queue:
+		case <-checkpoint.C:
+			if !failed {
+				failed = l.check(l.f.SyncData())
+			}
+			continue
+		}
+		if !ok {
+			return
+		}
+		if !failed {
+			_, err := l.f.Write(b)
+			written += int64(len(b))
+			if err == nil && written-writeback >= noopWritebackBytes {
+				writeback = written
+				_, err = l.f.SyncTo(written)
+			}
+			failed = l.check(err)
+		}
+		select {
+		case l.free <- b:
+		default:
+		}
+	}
+}
+
+// check reports whether err is a failure, failing the store with it.
+func (l *noopEntryLog) check(err error) bool {
+	if err == nil {
+		return false
+	}
+	l.fail(fmt.Errorf("no-op broker's entry log: %w", err))
+	return true
+}
+
+// close waits for the writer to write what was queued, then closes and
+// removes the file.
+func (l *noopEntryLog) close() {
+	close(l.queue)
+	<-l.done
+	l.f.Close()
+	l.fs.Remove(l.path)
 }

@@ -11,6 +11,7 @@ import (
 var perfNoopSettings = []setting{
 	{"perf-noop-protocol", "pulsar", "protocol", "the protocol served: pulsar or kafka"},
 	{"perf-noop-store-dir", "", "dir", "directory of the store file (noop-store, removed on exit): with it, each message or produce request is acknowledged once written and fdatasync'd; without it (pulsar only), at once"},
+	{"perf-noop-entry-log", "false", "bool", "with perf-noop-store-dir: also write every byte a second time once durable, to a growing file beside the store (noop-entrylog), as a bookie writes its entry log after its journal"},
 }
 
 var noopProtocols = map[string]bool{"pulsar": true, "kafka": true}
@@ -26,7 +27,9 @@ func newPerfNoopCommand(a *app) *cobra.Command {
 		Hidden: true,
 		Long: `Serve Pulsar or Kafka producers on a free loopback port with a broker that
 stores nothing (pulsar only) or only writes what it is sent to a file and
-fdatasyncs it before acknowledging (group commit), until SIGINT or SIGTERM.
+fdatasyncs it before acknowledging (group commit), and with
+perf-noop-entry-log writes it a second time after, as a bookie's entry log,
+until SIGINT or SIGTERM.
 It logs "magnetar perf noop-broker ready" with its address once it listens.
 perf all runs it as a child process, for the floors of its table.`,
 		Args: cobra.NoArgs,
@@ -43,11 +46,22 @@ perf all runs it as a child process, for the floors of its table.`,
 			if protocol == "kafka" && dir == "" {
 				return errors.New("perf-noop-store-dir: the Kafka no-op broker needs a store")
 			}
+			twice, err := check(a.vals, s("perf-noop-entry-log"), parseBool)
+			if err != nil {
+				return err
+			}
+			if twice && dir == "" {
+				return errors.New("perf-noop-entry-log: needs perf-noop-store-dir")
+			}
+			var entryLog string
+			if twice {
+				entryLog = filepath.Join(dir, "noop-entrylog")
+			}
 			ctx, stop := a.perfSignals()
 			defer stop()
 			var store *noopStore
 			if dir != "" {
-				if store, err = openNoopStore(ctx, a.logger, vfs.Default, filepath.Join(dir, "noop-store"), noopStoreSize, nil); err != nil {
+				if store, err = openNoopStore(ctx, a.logger, vfs.Default, filepath.Join(dir, "noop-store"), noopStoreSize, nil, entryLog); err != nil {
 					return runtimeError(err)
 				}
 				defer store.Close()
@@ -68,7 +82,7 @@ perf all runs it as a child process, for the floors of its table.`,
 				addr, closeBroker = p.Addr(), p.Close
 			}
 			defer closeBroker()
-			a.logger.Info("magnetar perf noop-broker ready", "addr", addr, "protocol", protocol, "store", dir != "")
+			a.logger.Info("magnetar perf noop-broker ready", "addr", addr, "protocol", protocol, "store", dir != "", "entry-log", twice)
 			<-ctx.Done()
 			return nil
 		},

@@ -91,7 +91,7 @@ func TestNoopPulsarDurable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const size = 64 << 10
-	store, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, size, nil)
+	store, err := openNoopStore(ctx, slog.Default(), vfs.Default, path, size, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestNoopPulsarDurable(t *testing.T) {
 	// A store whose writes fail: the send gets no receipt, the connection
 	// is closed with a log line naming the failure.
 	var logs syncBuffer
-	store, err = openNoopStore(ctx, slog.New(slog.NewTextHandler(&logs, nil)), failingWritesFS{vfs.Default}, path, size, nil)
+	store, err = openNoopStore(ctx, slog.New(slog.NewTextHandler(&logs, nil)), failingWritesFS{vfs.Default}, path, size, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
