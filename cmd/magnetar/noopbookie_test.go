@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -128,7 +127,7 @@ func TestNoopStoreEntryLog(t *testing.T) {
 		}
 	}
 
-	logged := &syncWriter{}
+	logged := &syncBuffer{}
 	st, err = openNoopStore(ctx, slog.New(slog.NewTextHandler(logged, nil)), failingCreateFS{vfs.Default, logPath}, path, 64<<10, nil, logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -173,21 +172,3 @@ func (fs failingCreateFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File
 type failingWriteFile struct{ vfs.File }
 
 func (failingWriteFile) Write([]byte) (int, error) { return 0, errors.New("injected write failure") }
-
-// syncWriter keeps what is written to it, for concurrent writers.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(b)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

@@ -481,48 +481,68 @@ func TestPerfAllDiskLimit(t *testing.T) {
 	}
 }
 
-// TestPerfAllProduceKFakeCeiling: the Kafka produce's goal of 1.0× kfake
-// not met is unattainable when the durable no-op Kafka broker writing
-// each byte twice (a bookie's journal and entry log, and no other work)
-// misses it too; its limit rows show its figures.
-func TestPerfAllProduceKFakeCeiling(t *testing.T) {
+// tableCell is column col of the row of t whose measure is measure, ""
+// if there is none.
+func tableCell(t *table, measure string, col int) string {
+	for _, r := range t.rows {
+		if r[0] == measure {
+			return r[col]
+		}
+	}
+	return ""
+}
+
+// ceilingCase is a goal's figure, its ceiling's (0: not measured), and
+// the status and limit cell the table must then show.
+type ceilingCase struct {
+	name            string
+	figure, ceiling float64
+	status, limit   string
+}
+
+// checkCeilings checks, for each case, the status cell of the row
+// statusRow and the limit cell of limitRow in the table of results(the
+// case's figure and ceiling, in MB/s).
+func checkCeilings(t *testing.T, statusRow, limitRow string, results func(figure, ceiling *pulsarResult) *benchResults, cases []ceilingCase) {
 	mb := func(n float64) *pulsarResult {
+		if n == 0 {
+			return nil
+		}
 		return &pulsarResult{Messages: 1, Bytes: int64(n * 1e6), Elapsed: time.Second}
 	}
-	for _, tc := range []struct {
-		name    string
-		produce float64
-		ceiling float64 // 0: not measured
-		status  string
-		limit   string
-	}{
-		{"met", 220, 210, "met", "210.00"},
-		{"not met, ceiling under the goal", 150, 180, "not met (unattainable here: the produce of a durable no-op broker writing each byte twice is 180.00, 0.90 of the 200.00 compared with; this is 0.83 of it)", "180.00"},
-		{"not met, ceiling over the goal", 150, 230, "not met", "230.00"},
-		{"not met, no ceiling", 150, 0, "not met", "-"},
-	} {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			res := &benchResults{magnetar: benchFigures{loadProduce4: mb(tc.produce)}, kfake: benchFigures{loadProduce4: mb(200)},
-				noopKafka: benchFigures{}, noopKafkaTwice: benchFigures{}}
-			if tc.ceiling > 0 {
-				res.noopKafkaTwice[loadProduce4] = mb(tc.ceiling)
-			}
-			tab := benchTable(res, perfAllConfig{Topics: 10, Partitions: 10})
-			var status, limit string
-			for _, r := range tab.rows {
-				switch r[0] {
-				case "Kafka produce, 4 partitions, MB/s":
-					status = r[6]
-				case "limit: Kafka produce, 4 partitions, to a durable no-op broker writing each byte twice (journal, then entry log), MB/s":
-					limit = r[1]
-				}
-			}
-			// The disk goal has no disk figure here: "-".
-			if status != tc.status+"; -" || limit != tc.limit {
-				t.Errorf("status %q, limit %q; want %q, %q", status, limit, tc.status+"; -", tc.limit)
+			tab := benchTable(results(mb(tc.figure), mb(tc.ceiling)), perfAllConfig{Topics: 10, Partitions: 10})
+			status, limit := tableCell(tab, statusRow, 6), tableCell(tab, limitRow, 1)
+			if status != tc.status || limit != tc.limit {
+				t.Errorf("status %q, limit %q; want %q, %q", status, limit, tc.status, tc.limit)
 			}
 		})
 	}
+}
+
+// TestPerfAllProduceKFakeCeiling: the Kafka produce's goal of 1.0× kfake
+// not met is unattainable when the durable no-op Kafka broker writing
+// each byte twice (a bookie's journal and entry log, and no other work)
+// misses it too; its limit rows show its figures. (The disk goal has no
+// disk figure here: "-".)
+func TestPerfAllProduceKFakeCeiling(t *testing.T) {
+	kfake := &pulsarResult{Messages: 1, Bytes: 200e6, Elapsed: time.Second}
+	checkCeilings(t, "Kafka produce, 4 partitions, MB/s",
+		"limit: Kafka produce, 4 partitions, to a durable no-op broker writing each byte twice (journal, then entry log), MB/s",
+		func(figure, ceiling *pulsarResult) *benchResults {
+			res := &benchResults{magnetar: benchFigures{loadProduce4: figure}, kfake: benchFigures{loadProduce4: kfake},
+				noopKafka: benchFigures{}, noopKafkaTwice: benchFigures{}}
+			if ceiling != nil {
+				res.noopKafkaTwice[loadProduce4] = ceiling
+			}
+			return res
+		}, []ceilingCase{
+			{"met", 220, 210, "met; -", "210.00"},
+			{"not met, ceiling under the goal", 150, 180, "not met (unattainable here: the produce of a durable no-op broker writing each byte twice is 180.00, 0.90 of the 200.00 compared with; this is 0.83 of it); -", "180.00"},
+			{"not met, ceiling over the goal", 150, 230, "not met; -", "230.00"},
+			{"not met, no ceiling", 150, 0, "not met; -", "-"},
+		})
 }
 
 // TestPerfAllPulsarBatchCeiling: the batched Pulsar produce's goal (0.8×
@@ -530,42 +550,22 @@ func TestPerfAllProduceKFakeCeiling(t *testing.T) {
 // no-op Pulsar broker's batched produce misses it too; its limit row
 // shows that figure.
 func TestPerfAllPulsarBatchCeiling(t *testing.T) {
-	mb := func(n float64) *pulsarResult {
-		return &pulsarResult{Messages: 1, Bytes: int64(n * 1e6), Elapsed: time.Second}
-	}
-	for _, tc := range []struct {
-		name    string
-		pulsar  float64
-		ceiling float64 // 0: not measured
-		status  string
-		limit   string
-	}{
-		{"met", 260, 300, "met", "300.00"},
-		{"not met, ceiling under the goal", 200, 230, "not met (unattainable here: the batched produce of a durable no-op broker is 230.00, 0.77 of the 300.00 compared with; this is 0.87 of it)", "230.00"},
-		{"not met, ceiling over the goal", 200, 280, "not met", "280.00"},
-		{"not met, no ceiling", 200, 0, "not met", "-"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			res := &benchResults{magnetar: benchFigures{loadProduce1: mb(300), loadPulsarBatch: mb(tc.pulsar)},
+	kafka := &pulsarResult{Messages: 1, Bytes: 300e6, Elapsed: time.Second}
+	checkCeilings(t, "Pulsar produce, batching, MB/s",
+		"limit: Pulsar produce, batching, to a durable no-op broker (group commit + fdatasync), MB/s",
+		func(figure, ceiling *pulsarResult) *benchResults {
+			res := &benchResults{magnetar: benchFigures{loadProduce1: kafka, loadPulsarBatch: figure},
 				kfake: benchFigures{}, noopDurable: benchFigures{}}
-			if tc.ceiling > 0 {
-				res.noopDurable[loadPulsarBatch] = mb(tc.ceiling)
+			if ceiling != nil {
+				res.noopDurable[loadPulsarBatch] = ceiling
 			}
-			tab := benchTable(res, perfAllConfig{Topics: 10, Partitions: 10})
-			var status, limit string
-			for _, r := range tab.rows {
-				switch r[0] {
-				case "Pulsar produce, batching, MB/s":
-					status = r[6]
-				case "limit: Pulsar produce, batching, to a durable no-op broker (group commit + fdatasync), MB/s":
-					limit = r[1]
-				}
-			}
-			if status != tc.status || limit != tc.limit {
-				t.Errorf("status %q, limit %q; want %q, %q", status, limit, tc.status, tc.limit)
-			}
+			return res
+		}, []ceilingCase{
+			{"met", 260, 300, "met", "300.00"},
+			{"not met, ceiling under the goal", 200, 230, "not met (unattainable here: the batched produce of a durable no-op broker is 230.00, 0.77 of the 300.00 compared with; this is 0.87 of it)", "230.00"},
+			{"not met, ceiling over the goal", 200, 280, "not met", "280.00"},
+			{"not met, no ceiling", 200, 0, "not met", "-"},
 		})
-	}
 }
 
 // TestPerfAllBatchCPU: the batched produce's CPU rows, per MB of the
