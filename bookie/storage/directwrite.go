@@ -27,8 +27,10 @@ import (
 // size (diskBlock, 4 KiB, covers every common disk), so the buffer is
 // aligned, each flush writes it from the start of the block holding the
 // log's end, padded with zeros to a block boundary, and the bytes of the
-// last partial block stay at the front of the buffer for the next flush to
-// write again, with what follows them. A log's file is therefore up to a
+// last partial block are copied to the front of the next buffer for the
+// next flush to write again, with what follows them. The write runs in a
+// goroutine while the next buffer fills, one at a time (logWrite). A
+// log's file is therefore up to a
 // block longer than its records until the next flush, and a log cut by a
 // crash ends in zeros, which a scan reads as a torn tail (as after any
 // crash; the journal replays what the log lacks). fsync is still needed:
@@ -98,12 +100,11 @@ func aligned(b []byte, n int) bool {
 	return cap(b) >= n && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%diskBlock == 0
 }
 
-// logWrite is a direct flush under way: buf[:n] (n: the bytes it
-// holds, before the padding) written at off, by a goroutine of its own;
-// done is closed when the write has returned, with refused and err.
+// logWrite is a direct flush under way: buf (the bytes it holds, without
+// the padding) written at off, by a goroutine of its own; done is closed
+// when the write has returned, with refused and err.
 type logWrite struct {
 	buf     []byte
-	n       int
 	off     int64
 	done    chan struct{}
 	refused bool
@@ -123,7 +124,10 @@ func (lw *logWrite) failure() error {
 // so one write is under way at a time and they reach the file in order.
 // The new buffer starts with the last partial block's bytes, w.written
 // moving to the block's start; the bytes before it are read from the
-// write's buffer until the write is collected (entryLogs.read).
+// write's buffer until the write is collected (entryLogs.read). If the
+// write before is still under way, the flush waits for it holding
+// entryLogs.mu, as every flush did before writes ran in the background:
+// the applier is then a buffer ahead of the disk.
 func (l *entryLogs) flushDirectLocked(w *logWriter) error {
 	if err := l.collectWriteLocked(w); err != nil {
 		return err
@@ -134,7 +138,7 @@ func (l *entryLogs) flushDirectLocked(w *logWriter) error {
 		w.buf = directBuffer(l.bufSize, w.buf)
 	}
 	clear(w.buf[n:padded])
-	lw := &logWrite{buf: w.buf[:n], n: n, off: w.written, done: make(chan struct{}), path: w.path}
+	lw := &logWrite{buf: w.buf[:n], off: w.written, done: make(chan struct{}), path: w.path}
 	go func(d *directLog, b []byte) {
 		lw.refused, lw.err = d.writeAt(lw.path, b, lw.off)
 		close(lw.done)

@@ -355,8 +355,9 @@ func (l *entryLogs) writeback() error {
 	return nil
 }
 
-// flushLocked writes w's buffer to its file. On failure the buffer is
-// kept, so reads keep being served from it.
+// flushLocked writes w's buffer to its file; with direct writes it starts
+// the write (flushDirectLocked), and an error may be the write before's.
+// On failure the buffer is kept, so reads keep being served from it.
 func (l *entryLogs) flushLocked(w *logWriter) error {
 	if len(w.buf) == w.tail {
 		return nil

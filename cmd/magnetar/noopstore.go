@@ -243,7 +243,9 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 			// Nothing is acknowledged from now on; the connections
 			// waiting are closed rather than left without receipts.
 			st.mu.Lock()
-			st.err = fmt.Errorf("no-op broker's store: %w", err)
+			if st.err == nil {
+				st.err = fmt.Errorf("no-op broker's store: %w", err)
+			}
 			st.mu.Unlock()
 			st.log.Error("no-op broker: the store failed; closing the connections waiting for it", "err", err)
 			for _, m := range group {
@@ -290,8 +292,9 @@ func (st *noopStore) Close() {
 // bounded size (a full queue holds up the store's writer, and so the
 // acknowledgements, as the bookie's apply queue holds up its journal),
 // appended to a growing file through the page cache, with writeback
-// started every noopWritebackBytes (sync_file_range) and the file fdatasync'd
-// every checkpoint interval, as the bookie's entry logs are by default. It
+// started every noopWritebackBytes (sync_file_range) and the file fsynced
+// every checkpoint interval, as a bookie under load checkpoints its entry
+// logs by default. It
 // does none of the bookie's other work (no index, no cache), so a bookie
 // writing each byte twice on this disk adds no faster than a broker on it.
 type noopEntryLog struct {
@@ -312,7 +315,7 @@ const noopWritebackBytes = 512 << 10
 // noopEntryLogQueue bounds the groups waiting for the entry-log writer.
 const noopEntryLogQueue = 64
 
-// noopCheckpointInterval is how often the entry log is fdatasync'd: the
+// noopCheckpointInterval is how often the entry log is fsynced: the
 // bookie's checkpoint interval.
 const noopCheckpointInterval = 10 * time.Second
 
@@ -350,7 +353,7 @@ func (l *noopEntryLog) run() {
 		case b, ok = <-l.queue:
 		case <-checkpoint.C:
 			if !failed {
-				failed = l.check(l.f.SyncData())
+				failed = l.check(l.f.Sync())
 			}
 			continue
 		}
