@@ -30,8 +30,8 @@ import (
 // last partial block are copied to the front of the next buffer for the
 // next flush to write again, with what follows them. The write runs in a
 // goroutine while the next buffer fills, one at a time (logWrite). A
-// log's file is therefore up to a
-// block longer than its records until the next flush, and a log cut by a
+// log's file is therefore up to a block longer than its records until the
+// next flush, and a log cut by a
 // crash ends in zeros, which a scan reads as a torn tail (as after any
 // crash; the journal replays what the log lacks). fsync is still needed:
 // O_DIRECT bypasses the page cache, not the device's write cache.

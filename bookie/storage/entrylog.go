@@ -101,6 +101,20 @@ type logWriter struct {
 
 func (w *logWriter) size() int64 { return w.written + int64(len(w.buf)) }
 
+// held returns the memory holding the record that starts at offset start,
+// and start's index in it: the buffer from written on, before it the
+// buffer of the write under way (direct writes); ok is false if the
+// record is only in the file. Called under entryLogs.mu.
+func (w *logWriter) held(start int64) (buf []byte, from int64, ok bool) {
+	switch {
+	case start >= w.written:
+		return w.buf, start - w.written, true
+	case w.inflight != nil && start >= w.inflight.off:
+		return w.inflight.buf, start - w.inflight.off, true
+	}
+	return nil, 0, false
+}
+
 // close closes the log's descriptors.
 func (w *logWriter) close() error {
 	err := w.f.Close()
@@ -530,12 +544,7 @@ func (l *entryLogs) read(loc location) ([]byte, error) {
 
 	l.mu.Lock()
 	if w := l.cur; w != nil && w.id == loc.log {
-		buf, at := w.buf, w.written
-		if start < at && w.inflight != nil && start >= w.inflight.off {
-			buf, at = w.inflight.buf, w.inflight.off
-		}
-		if start >= at {
-			from := start - at
+		if buf, from, ok := w.held(start); ok {
 			if from+recordPrefixSize+int64(len(e)) > int64(len(buf)) {
 				l.mu.Unlock()
 				return nil, corruptf(w.path, start, "record of %d bytes past the end of the log (%d bytes)", recordPrefixSize+len(e), w.size())

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/storage"
 )
 
 // The durable no-op brokers' store (noopStore), shared by the Pulsar and
@@ -315,10 +317,6 @@ const noopWritebackBytes = 512 << 10
 // noopEntryLogQueue bounds the groups waiting for the entry-log writer.
 const noopEntryLogQueue = 64
 
-// noopCheckpointInterval is how often the entry log is fsynced: the
-// bookie's checkpoint interval.
-const noopCheckpointInterval = 10 * time.Second
-
 func openNoopEntryLog(fs vfs.FS, path string, fail func(error)) (*noopEntryLog, error) {
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -343,7 +341,7 @@ func (l *noopEntryLog) add(b []byte) {
 func (l *noopEntryLog) run() {
 	defer close(l.done)
 	var written, writeback int64
-	checkpoint := time.NewTicker(noopCheckpointInterval)
+	checkpoint := time.NewTicker(storage.DefaultCheckpointInterval) // the bookie's checkpoints
 	defer checkpoint.Stop()
 	failed := false
 	for {
