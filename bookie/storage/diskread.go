@@ -254,14 +254,16 @@ func (d *diskReads) startLoadLocked(c *diskChunk, key chunkKey) {
 }
 
 // endLoadLocked records the read of c: n bytes, or none and a failure,
-// which frees it (false).
+// which frees it (false), as does its log's removal while it was read
+// (forget leaves a chunk being read to this).
 func (d *diskReads) endLoadLocked(c *diskChunk, n int, err error) bool {
 	c.loading = false
 	d.cond.Broadcast()
 	if errors.Is(err, syscall.EINVAL) { // O_DIRECT refused at the read
 		d.turnOffLocked("O_DIRECT read: " + err.Error())
 	}
-	if n <= 0 {
+	_, kept := d.dropped[c.key.log] // forget dropped it meanwhile: the log is gone
+	if n <= 0 || !kept {
 		delete(d.index, c.key)
 		c.occupied = false
 		return false
