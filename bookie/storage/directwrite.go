@@ -124,10 +124,11 @@ func (lw *logWrite) failure() error {
 // so one write is under way at a time and they reach the file in order.
 // The new buffer starts with the last partial block's bytes, w.written
 // moving to the block's start; the bytes before it are read from the
-// write's buffer until the write is collected (entryLogs.read). If the
-// write before is still under way, the flush waits for it holding
-// entryLogs.mu, as every flush did before writes ran in the background:
-// the applier is then a buffer ahead of the disk.
+// write's buffer until the write is collected (entryLogs.read). The
+// write before is done by then, as a rule: append and sync wait for it
+// without the lock first (awaitWriteLocked). Only a rotation, or a
+// checkpoint the applier keeps overtaking, waits for it holding
+// entryLogs.mu.
 func (l *entryLogs) flushDirectLocked(w *logWriter) error {
 	if err := l.collectWriteLocked(w); err != nil {
 		return err
@@ -156,6 +157,34 @@ func (l *entryLogs) flushDirectLocked(w *logWriter) error {
 	w.written += int64(last)
 	return nil
 }
+
+// awaitWriteLocked waits for w's write under way, if it is not done yet,
+// with l.mu released, and reports whether it did: the caller, about to
+// flush (which collects the write), then looks at everything again. So
+// the applier a whole buffer ahead of the disk, or a checkpoint, waits for
+// the disk without holding up the reads and the other appender (GC).
+func (l *entryLogs) awaitWriteLocked(w *logWriter) bool {
+	lw := w.inflight
+	if lw == nil {
+		return false
+	}
+	select {
+	case <-lw.done:
+		return false
+	default:
+	}
+	l.mu.Unlock()
+	if awaitingWrite != nil {
+		awaitingWrite()
+	}
+	<-lw.done
+	l.mu.Lock()
+	return true
+}
+
+// awaitingWrite, if set, is called by awaitWriteLocked before it waits
+// (tests).
+var awaitingWrite func()
 
 // collectWriteLocked waits for w's write under way, if any, and takes its
 // buffer back as the spare. A failed write stays in place, so reads keep

@@ -456,3 +456,122 @@ func TestDirectEntryLogWriteInFlightFails(t *testing.T) {
 		checkEntry(t, s, 1, e, size)
 	}
 }
+
+// An append that must flush while the write before is under way (the
+// applier a buffer ahead of the disk), and a sync in the same place, wait
+// for the write without entryLogs.mu: entries in the write's buffer, in
+// the current buffer and in the file read back meanwhile.
+func TestDirectEntryLogAwaitWriteUnlocked(t *testing.T) {
+	release, started := heldDirectWrites(t, nil)
+	awaiting := make(chan struct{}, 10)
+	awaitingWrite = func() { awaiting <- struct{}{} }
+	t.Cleanup(func() { awaitingWrite = nil })
+	l, err := openEntryLogs(vfs.Default, t.TempDir(), 1<<30, 16<<10, true, 0, 1, discardLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(release)
+		l.close()
+	}()
+	const size = 3000
+	var locs []location
+	appendEntry := func(e int64) (location, error) {
+		return l.append(1, mkEntry(1, e, e-1, size))
+	}
+	wait := func(what string, c <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	readAll := func(what string) {
+		t.Helper()
+		read := make(chan error, 1)
+		go func() {
+			for i, loc := range locs {
+				e, err := l.read(loc)
+				if err == nil && !bytes.Equal(e, mkEntry(1, int64(i), int64(i)-1, size)) {
+					err = errors.New("not the entry appended")
+				}
+				if err != nil {
+					read <- fmt.Errorf("entry %d: %w", i, err)
+					return
+				}
+			}
+			read <- nil
+		}()
+		select {
+		case err := <-read:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: reads wait for the held write", what)
+		}
+	}
+	// Entries 0–4 fill the first buffer; entry 5's append starts its
+	// write (held), and entries 5–8 go to the second buffer.
+	for e := range int64(9) {
+		loc, err := appendEntry(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locs = append(locs, loc)
+	}
+	if off := <-started; off != 0 {
+		t.Fatalf("first write at %d, want 0", off)
+	}
+	// Entry 9 does not fit: its append flushes, so waits for the write.
+	type appendResult struct {
+		loc location
+		err error
+	}
+	appended := make(chan appendResult, 1)
+	go func() {
+		loc, err := appendEntry(9)
+		appended <- appendResult{loc, err}
+	}()
+	wait("the append to wait for the write", awaiting)
+	select {
+	case r := <-appended:
+		t.Fatalf("append returned (%v) before the write before it was done", r.err)
+	default:
+	}
+	readAll("while an append waits")
+	release <- struct{}{} // the first write
+	select {
+	case r := <-appended:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		locs = append(locs, r.loc)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the append did not go on once the write was done")
+	}
+	if off := <-started; off == 0 || off%diskBlock != 0 {
+		t.Fatalf("second write at %d, want a later block boundary", off)
+	}
+	// A sync with the second write under way waits for it the same way.
+	synced := make(chan error, 1)
+	go func() {
+		_, err := l.sync()
+		synced <- err
+	}()
+	wait("the sync to wait for the write", awaiting)
+	readAll("while a sync waits")
+	release <- struct{}{} // the second write
+	<-started             // the sync's flush
+	release <- struct{}{}
+	select {
+	case err := <-synced:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sync did not return once its writes were done")
+	}
+	readAll("after the sync")
+}

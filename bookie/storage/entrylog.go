@@ -307,11 +307,18 @@ func (l *entryLogs) failLocked(err error) error {
 func (l *entryLogs) append(ledger int64, e []byte) (location, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return location{}, l.err
-	}
-	if l.cur == nil {
-		return location{}, ErrClosed
+	for {
+		if l.err != nil {
+			return location{}, l.err
+		}
+		if l.cur == nil {
+			return location{}, ErrClosed
+		}
+		// An append that flushes while the write before is under way
+		// waits for it without the lock, then looks again.
+		if len(l.cur.buf)+recordPrefixSize+len(e) < l.bufSize || !l.awaitWriteLocked(l.cur) {
+			break
+		}
 	}
 	w := l.cur
 	if len(w.buf) > 0 && len(w.buf)+recordPrefixSize+len(e) > l.bufSize {
@@ -441,6 +448,18 @@ func (l *entryLogs) sync() ([]*logWriter, error) {
 	}
 	var files []*logWriter
 	var write *logWrite
+	// Flushing collects the write before, which is waited for without the
+	// lock first; a few times at most, as the applier may start another
+	// meanwhile (then the flush waits holding the lock).
+	for range 3 {
+		if l.cur == nil || !l.awaitWriteLocked(l.cur) {
+			break
+		}
+	}
+	if l.err != nil {
+		l.mu.Unlock()
+		return nil, l.err
+	}
 	if l.cur != nil {
 		if err := l.flushLocked(l.cur); err != nil {
 			l.mu.Unlock()
