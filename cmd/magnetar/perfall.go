@@ -44,7 +44,6 @@ import (
 var perfAllSettings = []setting{
 	{"data-dir", "", "dir", "directory in which the run makes its scratch directory (the standalone's data, the disk measurements), removed at the end; put it on the disk to measure (default: the system temp directory)"},
 	{"perf-duration", "10s", "duration", "how long each load runs"},
-	{"perf-fill-page-cache", "true", "bool", "first fill the page cache with a file in the scratch directory (the memory available less 1 GiB, if the disk keeps 40 GiB free besides), kept to the end: the loads then run as on a broker that has run for a while, whose writes reuse pages the kernel reclaims, not growing the cache into free memory (which costs several times more per MB on a virtual machine whose host backs memory at first touch); false runs them on the machine as it is"},
 	{"perf-warmup", "1s", "duration", "first part of each produce, latency and end-to-end load, left out of its figures"},
 	{"perf-limits-duration", "3s", "duration", "how long each measurement of the machine's limits runs: fsync'd writes of 64 KiB, of 1 MiB, of 1 MiB with O_DIRECT, durable appends at each latency rate, loopback TCP"},
 	{"perf-all-topics", "1000", "count", "topics of the many-topics load, one Pulsar producer each"},
@@ -83,16 +82,6 @@ func newPerfAllCommand(a *app) *cobra.Command {
   magnetar perf all --perf-duration 3s --perf-all-topics 100 --perf-all-partitions 1000 --perf-profile-dir bench-profiles`,
 		Long: `Run the whole benchmark of docs/BENCHMARKS.md in one go (make bench).
 
-0. With perf-fill-page-cache (the default), the page cache is filled
-   first: a file in the scratch directory of the memory available less
-   1 GiB (no more than leaves 40 GiB of the disk free), written through
-   the page cache, fdatasync'd and kept to the end. The loads then run as
-   on a broker that has run for a while, whose page cache is full and
-   whose writes reuse pages the kernel reclaims, rather than growing the
-   cache into free memory, which on a virtual machine whose host backs
-   memory at first touch costs several times more per MB and makes every
-   figure depend on the machine's memory history. The CPU per MB of the
-   fill's writes and of 1 GiB written after it are shown as limits.
 1. The machine's limits, in a scratch directory under data-dir: sequential
    writes each followed by fdatasync at 64 KiB (bandwidth, and the latency
    of each write + fdatasync) and at 1 MiB (bandwidth), and at 1 MiB with
@@ -210,7 +199,6 @@ type perfAllConfig struct {
 	Topics         int
 	TopicsRate     float64
 	Partitions     int
-	FillPageCache  bool
 	WriteDoc       string // "" writes no file
 	ProfileDir     string // "" takes no profiles
 	Interval       time.Duration
@@ -238,9 +226,6 @@ func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
 			return cfg, err
 		}
 	}
-	if cfg.FillPageCache, err = check(sv, s("perf-fill-page-cache"), parseBool); err != nil {
-		return cfg, err
-	}
 	if cfg.Warmup, err = check(sv, s("perf-warmup"), parseNonNegativeDuration); err != nil {
 		return cfg, err
 	}
@@ -265,12 +250,8 @@ func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
 }
 
 func (cfg perfAllConfig) describe() string {
-	fill := "the page cache filled first"
-	if !cfg.FillPageCache {
-		fill = "the page cache as it is"
-	}
-	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all, %d partitions open, %s",
-		cfg.Duration, cfg.Warmup, benchMessageSize, cfg.LimitsDuration, cfg.Topics, cfg.TopicsRate, cfg.Partitions, fill)
+	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all, %d partitions open",
+		cfg.Duration, cfg.Warmup, benchMessageSize, cfg.LimitsDuration, cfg.Topics, cfg.TopicsRate, cfg.Partitions)
 }
 
 // benchFigures are one system's results, by load (also the loads' profile
@@ -297,8 +278,6 @@ func loadAt(kind string, rate float64) string { return fmt.Sprintf("%s-%g", kind
 
 // benchResults is everything a run measured.
 type benchResults struct {
-	// pageCache is the page-cache fill's measurement; nil if not asked.
-	pageCache       *pageCacheFill
 	disk64K, disk1M *syncedWrites
 	// disk1MDirect is disk1M with O_DIRECT; nil where the file system
 	// refuses it.
@@ -369,12 +348,7 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 
 	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, noop: benchFigures{}, noopDurable: benchFigures{}, noopKafka: benchFigures{}, noopKafkaTwice: benchFigures{}}
 	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout}
-	if cfg.FillPageCache {
-		err = b.fillPageCache(ctx, dir, res)
-	}
-	if err == nil {
-		err = b.measureLimits(ctx, dir, res)
-	}
+	err = b.measureLimits(ctx, dir, res)
 	if err == nil {
 		// Before kfake has filled this process's heap with gigabytes of
 		// records, which the no-op broker would then share.
@@ -449,25 +423,6 @@ func (b *benchRun) runSteps(ctx context.Context, target string, steps []benchSte
 }
 
 // --- 1. the machine's limits ---------------------------------------------------
-
-// fillPageCache fills the page cache before everything else (pagecache.go).
-func (b *benchRun) fillPageCache(ctx context.Context, dir string, res *benchResults) error {
-	fmt.Fprintln(b.out, "\n[page cache] filling it, as on a broker that has run for a while")
-	fill, err := fillPageCache(ctx, dir, func(written, total int64) {
-		fmt.Fprintf(b.out, "page cache: %.1f of %.1f GiB written\n", float64(written)/gib, float64(total)/gib)
-	})
-	if err != nil {
-		return err
-	}
-	res.pageCache = fill
-	if fill.Skipped != "" {
-		fmt.Fprintf(b.out, "page cache: not filled: %s\n", fill.Skipped)
-		return nil
-	}
-	fmt.Fprintf(b.out, "page cache: filled with %.1f GiB in %.1fs (kept to the end), %.3f ms of CPU per MB written while it grew; then %.3f ms per MB written with it full\n",
-		float64(fill.Bytes)/gib, fill.Elapsed.Seconds(), fill.GrowCPU, fill.FullCPU)
-	return nil
-}
 
 func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResults) error {
 	d := b.cfg.LimitsDuration
@@ -1893,7 +1848,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the page cache's CPU per MB written while the run's fill grew it into free memory, and once full, the state the loads run in unless perf-fill-page-cache is false; the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a Kafka produce goal (kfake's, the disk's) is unattainable when a durable no-op Kafka broker's produce misses it too, writing each byte once or twice ("writing each byte twice": the same broker also appending each byte, once durable, to a second file through the page cache, writeback started every 512 KiB and fsync every 10 s, as the bookie's entry logs; no other broker work), and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a Kafka produce goal (kfake's, the disk's) is unattainable when a durable no-op Kafka broker's produce misses it too, writing each byte once or twice ("writing each byte twice": the same broker also appending each byte, once durable, to a second file through the page cache, writeback started every 512 KiB and fsync every 10 s, as the bookie's entry logs; no other broker work), and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -2170,15 +2125,6 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 		}
 		t.rows = append(t.rows, []string{"limit: " + measure, cell, "", "", "", "", ""})
 	}
-	fillRow := func(measure string, v func(*pageCacheFill) float64) {
-		cell := "-"
-		if f := res.pageCache; f != nil && f.Skipped == "" && v(f) > 0 {
-			cell = fmt.Sprintf("%.3f", v(f))
-		}
-		t.rows = append(t.rows, []string{"limit: " + measure, cell, "", "", "", "", ""})
-	}
-	fillRow("page-cache writes growing the cache into free memory (the fill), CPU per MB, ms", func(f *pageCacheFill) float64 { return f.GrowCPU })
-	fillRow("page-cache writes with the cache full, CPU per MB, ms", func(f *pageCacheFill) float64 { return f.FullCPU })
 	limitRow("disk, 64 KiB writes + fdatasync, MB/s", res.disk64K, (*syncedWrites).MBps, "%.2f")
 	limitRow("disk, 1 MiB writes + fdatasync, MB/s", res.disk1M, (*syncedWrites).MBps, "%.2f")
 	limitRow("disk, 1 MiB O_DIRECT writes + fdatasync, MB/s", res.disk1MDirect, (*syncedWrites).MBps, "%.2f")

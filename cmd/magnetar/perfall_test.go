@@ -48,10 +48,7 @@ func runPerfAllBinary(t *testing.T, extra ...string) (int, string, string) {
 	defer cancel()
 	args := append([]string{"perf", "all", "--data-dir", diskDir(t),
 		"--perf-duration", "300ms", "--perf-warmup", "50ms", "--perf-limits-duration", "100ms",
-		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--perf-all-partitions", "30",
-		// The fill writes the machine's memory to the disk (pagecache.go
-		// is tested on its own).
-		"--perf-fill-page-cache=false", "--log-level", "warn"}, extra...)
+		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--perf-all-partitions", "30", "--log-level", "warn"}, extra...)
 	cmd := exec.CommandContext(ctx, magnetarBinary(t), args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envPrefix) {
@@ -132,15 +129,6 @@ func checkPerfAllTable(t *testing.T, out string) {
 	// partitions open (5).
 	if len(measures) != 32+4+4+12+6+12+6+4+3+5 {
 		t.Fatalf("%d rows, want 88: %q", len(measures), measures)
-	}
-	// The page cache is not filled (--perf-fill-page-cache=false).
-	for _, m := range []string{"limit: page-cache writes growing the cache into free memory (the fill), CPU per MB, ms", "limit: page-cache writes with the cache full, CPU per MB, ms"} {
-		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(m) + ` +-$`).MatchString(table) {
-			t.Errorf("no row %q with no figure in:\n%s", m, table)
-		}
-	}
-	if !strings.Contains(out, "partitions open, the page cache as it is\n") {
-		t.Errorf("the run does not say it left the page cache as it is:\n%s", out)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	for _, m := range measures {
