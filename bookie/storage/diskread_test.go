@@ -162,29 +162,27 @@ func TestDiskReads(t *testing.T) {
 	if d.wanted(1, 0, 1) {
 		t.Error("wanted from a forgotten log")
 	}
-	// A chunk still being read (a prefetch) goes when its read ends.
-	kept := func() (c diskChunk, ok bool) {
-		d.mu.Lock()
-		defer d.mu.Unlock()
+	// A chunk still being read (a prefetch) goes when its read ends,
+	// which broadcasts d.cond.
+	d.mu.Lock()
+	for {
+		loading := false
 		for i := range d.chunks {
-			if d.chunks[i].occupied && d.chunks[i].key.log == 1 {
-				c, ok = d.chunks[i], true
+			if c := &d.chunks[i]; c.occupied && c.key.log == 1 {
 				if !c.loading {
-					break
+					start, n := c.key.start, c.n
+					d.mu.Unlock()
+					t.Fatalf("chunk of forgotten log 1 kept: [%d, +%d)", start, n)
 				}
+				loading = true
 			}
 		}
-		return c, ok
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		c, ok := kept()
-		if !ok {
+		if !loading {
 			break
 		}
-		if !c.loading || time.Now().After(deadline) {
-			t.Fatalf("chunk of forgotten log 1 kept: [%d, +%d)", c.key.start, c.n)
-		}
+		d.cond.Wait()
 	}
+	d.mu.Unlock()
 }
 
 // The first read of a chunk starts reads of the next diskPrefetch ones,
