@@ -45,6 +45,7 @@ type fetchPart struct {
 	recs    records         // the record batches read (resp.RecordBatches stays empty)
 	served  int64           // messages from the fetch offset on in recs
 	next    int64           // the offset after recs
+	ahead   int64           // where a read-ahead would start: next, or after the entries held from there (readAhead.hold)
 	entries int             // entries in recs
 }
 
@@ -105,10 +106,10 @@ func handleFetch(c *conn, sl *slot, kreq kmsg.Request) {
 		for i, fp := range parts {
 			if fp.t != nil && fp.served > 0 && fp.recs.size > 0 {
 				fp.t.KafkaServed(fp.served, int64(fp.recs.size))
-				if fp.next < fp.resp.HighWatermark {
+				if fp.ahead < fp.resp.HighWatermark {
 					// Behind: read on while this response is written and
 					// decoded (readahead.go).
-					c.s.ahead.start(fp.t, fp.next, fp.entries, int64(fp.recs.size))
+					c.s.ahead.start(fp.t, fp.ahead, fp.entries, int64(fp.recs.size))
 				}
 			}
 			recs[i] = &fp.recs
@@ -249,20 +250,20 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 	}
 	budget = min(budget, int(fp.req.PartitionMaxBytes))
 	// Entries are read a few at a time, more as they prove small: a
-	// batch of a MiB fills the budget alone, and entries read past the
-	// budget would be read again by the next fetch.
+	// batch of a MiB fills the budget alone. Entries read past the budget
+	// are held for the fetch that goes on from them (readAhead.hold), so
+	// that none is read twice.
 	fp.entries = 0
+	fp.ahead = -1
 	full := false
 	for n := 1; !full && off < hw && r.size < budget; n = min(2*n, maxFetchEntries) {
 		var es []ledger.Entry
 		var err error
-		if fp.entries == 0 {
-			if got, ok := s.ahead.take(ctx, fp.t, off); ok {
-				es, n = got, len(got)
-			}
+		if got, ok := s.ahead.take(ctx, fp.t, off); ok {
+			es, n = got, len(got)
 		}
 		if es == nil {
-			es, err = readAt(ctx, fp.t, off, n)
+			es, err = s.ahead.readAt(ctx, fp.t, off, n)
 		}
 		if err != nil {
 			releaseEntries(es) // read before the error, not kept
@@ -290,6 +291,7 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 		if cap(r.own)-len(r.own) < need {
 			r.reserve(max(need, min(3*need, budget-r.size)))
 		}
+		used := 0
 		for _, e := range es {
 			before := r.mark()
 			switch e.Header.Format {
@@ -317,29 +319,47 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 			}
 			off = e.Header.NextOffset()
 			fp.entries++
+			used++
 			fp.t.SetKafkaReadHint(off, ml.Next(e.Position))
 			if r.size >= budget {
 				break
 			}
 		}
+		if left := es[used:]; len(left) > 0 {
+			// Read past the budget: kept for the fetch that goes on from
+			// here, not read again by it.
+			r.read = r.read[:len(r.read)-len(left)]
+			last := left[len(left)-1]
+			fp.t.SetKafkaReadHint(last.Header.NextOffset(), ml.Next(last.Position))
+			if s.ahead.hold(fp.t, left) {
+				fp.ahead = last.Header.NextOffset()
+			}
+		}
 	}
 	fp.served, fp.next = 0, off
+	if fp.ahead < 0 {
+		fp.ahead = off // nothing held: a read-ahead goes on from here
+	}
 	if r.size > 0 {
 		fp.served = off - fp.req.FetchOffset
 	}
 	return nil
 }
 
-// readAt reads up to n entries from the one holding offset: from where a
-// previous fetch left off if it ended at offset, else by searching.
-func readAt(ctx context.Context, t *broker.Topic, offset int64, n int) ([]ledger.Entry, error) {
+// readAt reads up to n entries of t from the one holding offset: from
+// where a previous fetch left off if it ended at offset, else by
+// searching. Fetches and read-aheads read through it.
+func (ra *readAhead) readAt(ctx context.Context, t *broker.Topic, offset int64, n int) ([]ledger.Entry, error) {
 	ml := t.ManagedLedger()
 	if pos, ok := t.KafkaReadHint(offset); ok {
 		es, err := ml.Read(ctx, pos, n)
+		ra.entriesRead.Add(int64(len(es)))
 		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
 			return es, nil
 		}
 		releaseEntries(es)
 	}
-	return ml.ReadOffset(ctx, offset, n)
+	es, err := ml.ReadOffset(ctx, offset, n)
+	ra.entriesRead.Add(int64(len(es)))
+	return es, err
 }

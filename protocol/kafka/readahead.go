@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/magnetar-io/magnetar/broker"
@@ -56,6 +57,8 @@ type readAhead struct {
 	mu    sync.Mutex
 	held  map[aheadKey]*ahead
 	bytes int64 // reserved by held
+
+	entriesRead atomic.Int64 // from storage, by fetches and read-aheads (readAt)
 }
 
 func newReadAhead(limit int64, log *slog.Logger) *readAhead {
@@ -76,9 +79,7 @@ func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
 		return
 	}
 	a := &ahead{ready: make(chan struct{}), size: size}
-	ra.held[k] = a
-	ra.bytes += size
-	a.timer = time.AfterFunc(ra.ttl, func() { ra.drop(k, a) })
+	ra.insertLocked(k, a)
 	ra.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), readAheadTimeout)
@@ -89,13 +90,42 @@ func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
 				ra.log.Error("Kafka read-ahead panicked", "offset", offset, "panic", r)
 			}
 		}()
-		es, err := readAt(ctx, t, offset, n)
+		es, err := ra.readAt(ctx, t, offset, n)
 		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
 			a.entries = es
 		} else {
 			releaseEntries(es)
 		}
 	}()
+}
+
+// hold keeps es, entries of t a fetch read but could not serve within its
+// budget, for the fetch going on from the first of them, within the
+// read-aheads' limit (else they are released, and hold is false).
+func (ra *readAhead) hold(t *broker.Topic, es []ledger.Entry) bool {
+	var size int64
+	for _, e := range es {
+		size += int64(len(e.Payload))
+	}
+	k := aheadKey{t, es[0].Header.FirstOffset}
+	ra.mu.Lock()
+	if _, ok := ra.held[k]; ok || ra.limit <= 0 || ra.bytes+size > ra.limit {
+		ra.mu.Unlock()
+		releaseEntries(es)
+		return false
+	}
+	a := &ahead{ready: make(chan struct{}), entries: es, size: size}
+	close(a.ready)
+	ra.insertLocked(k, a)
+	ra.mu.Unlock()
+	return true
+}
+
+// insertLocked holds a under k until a fetch takes it or the TTL passes.
+func (ra *readAhead) insertLocked(k aheadKey, a *ahead) {
+	ra.held[k] = a
+	ra.bytes += a.size
+	a.timer = time.AfterFunc(ra.ttl, func() { ra.drop(k, a) })
 }
 
 // drop forgets a if it is still held under k.

@@ -76,22 +76,30 @@ func fetchSome(t *testing.T, c *client, topic string, offset int64, limit int32)
 // the next fetch takes it: the values come back as produced, each read
 // ahead is taken by the fetch after it, and none is left once the
 // consumer has caught up.
+//
+// A fetch also reads entries it cannot serve within its limit (it reads
+// 1, 2, 4... at a time); those are held for the next fetch rather than
+// read again, so the consumer's fetches and read-aheads together read
+// each entry from storage once.
 func TestReadAheadServesTheNextFetch(t *testing.T) {
 	s := startServer(t, nil)
 	c := s.dial(t)
 	createTopic(t, c, "ra", 1)
-	want := produceBatches(t, c, "ra", 30)
+	const batches = 30
+	want := produceBatches(t, c, "ra", batches)
 	var got []string
 	off := int64(0)
 	for fetches := 0; off < int64(len(want)); fetches++ {
 		if fetches > len(want) {
 			t.Fatal("no progress")
 		}
-		vs, next := fetchSome(t, c, "ra", off, 200) // about two batches
+		// A limit of 200 bytes serves two batches of about 97 bytes; the
+		// fetch reads three (one, then two), so the third is left over.
+		vs, next := fetchSome(t, c, "ra", off, 200)
 		got = append(got, vs...)
 		held, _ := s.srv.ahead.heldOffsets()
-		if next < int64(len(want)) && !slices.Equal(held, []int64{next}) {
-			t.Fatalf("after the fetch at %d (next %d): read ahead of %v, want [%d] alone (the one before taken)", off, next, held, next)
+		if next < int64(len(want)) && (len(held) == 0 || held[0] != next || held[len(held)-1] > next+6) {
+			t.Fatalf("after the fetch at %d (next %d): held from %v, want from %d on (the one before taken)", off, next, held, next)
 		}
 		off = next
 	}
@@ -101,6 +109,40 @@ func TestReadAheadServesTheNextFetch(t *testing.T) {
 	if held, bytes := s.srv.ahead.heldOffsets(); len(held) != 0 || bytes != 0 {
 		t.Fatalf("caught up, yet read ahead of %v (%d bytes)", held, bytes)
 	}
+	if n := s.srv.ahead.entriesRead.Load(); n != batches {
+		t.Fatalf("%d entries read from storage to consume %d: some were read more than once", n, batches)
+	}
+}
+
+// What a fetch reads past its limit is held for the fetch going on from
+// it, and that fetch serves it without reading it again.
+func TestFetchHoldsWhatItReadPastItsLimit(t *testing.T) {
+	// Room for the batch left over, not for a read-ahead of two.
+	s := startServer(t, func(c *Config) { c.ReadAheadSize = 150 })
+	c := s.dial(t)
+	createTopic(t, c, "left", 1)
+	produceBatches(t, c, "left", 3)
+	_, next := fetchSome(t, c, "left", 0, 200)
+	if next != 6 {
+		t.Fatalf("the first fetch served up to %d, want 6 (two batches)", next)
+	}
+	held, _ := s.srv.ahead.heldOffsets()
+	if !slices.Equal(held, []int64{6}) {
+		t.Fatalf("after the first fetch, held %v; want [6], the batch read past the limit", held)
+	}
+	if n := s.srv.ahead.entriesRead.Load(); n != 3 {
+		t.Fatalf("the first fetch read %d entries, want 3 (one, then two)", n)
+	}
+	vs, next := fetchSome(t, c, "left", 6, 200)
+	if !slices.Equal(vs, []string{"b2-0", "b2-1", "b2-2"}) || next != 9 {
+		t.Fatalf("the second fetch served %q up to %d, want batch 2", vs, next)
+	}
+	if n := s.srv.ahead.entriesRead.Load(); n != 3 {
+		t.Fatalf("%d entries read after the second fetch, want still 3: the held batch was read again", n)
+	}
+	if held, bytes := s.srv.ahead.heldOffsets(); len(held) != 0 || bytes != 0 {
+		t.Fatalf("all served, yet %v held (%d bytes)", held, bytes)
+	}
 }
 
 func TestReadAheadBounds(t *testing.T) {
@@ -109,7 +151,7 @@ func TestReadAheadBounds(t *testing.T) {
 		size int64
 	}{
 		{"off", -1},
-		{"over the limit", 100}, // less than a fetch serves
+		{"over the limit", 50}, // less than a batch
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServer(t, func(c *Config) { c.ReadAheadSize = tc.size })
@@ -129,8 +171,8 @@ func TestReadAheadBounds(t *testing.T) {
 		createTopic(t, c, "ttl", 1)
 		produceBatches(t, c, "ttl", 10)
 		_, next := fetchSome(t, c, "ttl", 0, 200)
-		if held, bytes := s.srv.ahead.heldOffsets(); !slices.Equal(held, []int64{next}) || bytes <= 0 {
-			t.Fatalf("after a fetch: read ahead of %v (%d bytes), want [%d]", held, bytes, next)
+		if held, bytes := s.srv.ahead.heldOffsets(); len(held) == 0 || held[0] != next || bytes <= 0 {
+			t.Fatalf("after a fetch: held %v (%d bytes), want from %d on", held, bytes, next)
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
