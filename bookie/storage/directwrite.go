@@ -202,6 +202,9 @@ func (l *entryLogs) collectWriteLocked(w *logWriter) error {
 		return l.failLocked(lw.failure())
 	}
 	w.inflight = nil
+	// Its whole blocks are final in the file: the next flush starts at
+	// the last one's end.
+	l.disk.setMark(w.id, lw.off+int64(len(lw.buf)&^(diskBlock-1)))
 	if cap(lw.buf) < 2*(l.bufSize+diskBlock) { // not one an outsize entry grew
 		w.spare = lw.buf[:0]
 	}

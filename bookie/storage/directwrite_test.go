@@ -263,16 +263,25 @@ func TestDirectEntryLogNotOSFiles(t *testing.T) {
 	warnings(1)
 }
 
-// Reads through the page cache of a log being written with O_DIRECT, its
-// last block rewritten by every flush, concurrently with the writes: every
-// entry reads back whole (the kernel drops cached pages a direct write
-// overwrites).
+// Reads of a log being written with O_DIRECT, its last block rewritten by
+// every flush, concurrently with the writes: every entry reads back whole.
+// The newest are read through the page cache (the kernel drops cached
+// pages a direct write overwrites); those in whole blocks already written
+// are read from the disk, small ones through diskReads' chunks and large
+// ones on their own, and the padding past a flush's last whole block,
+// written over by the next flush, is never served from a chunk.
 func TestDirectEntryLogConcurrentReads(t *testing.T) {
 	checkedDirectWrites(t)
 	opts := directOptions(t, 8<<10, 4<<20)
 	s := openT(t, opts)
 	defer closeT(t, s)
-	const n, size = 2000, 700
+	const n = 2000
+	sizeOf := func(e int64) int {
+		if e%50 == 3 {
+			return 80 << 10 // read on its own (diskSpanMin)
+		}
+		return 700
+	}
 	var added atomic.Int64
 	done := make(chan struct{})
 	errs := make(chan error, 4)
@@ -298,7 +307,7 @@ func TestDirectEntryLogConcurrentReads(t *testing.T) {
 					e = int64(rng.IntN(int(top)))
 				}
 				got, err := s.ReadEntry(1, e)
-				if err == nil && !bytes.Equal(got, mkEntry(1, e, e-1, size)) {
+				if err == nil && !bytes.Equal(got, mkEntry(1, e, e-1, sizeOf(e))) {
 					err = fmt.Errorf("entry %d read back different", e)
 				}
 				if err != nil {
@@ -309,7 +318,7 @@ func TestDirectEntryLogConcurrentReads(t *testing.T) {
 		}()
 	}
 	for e := range int64(n) {
-		mustAdd(t, s, 1, e, e-1, size)
+		mustAdd(t, s, 1, e, e-1, sizeOf(e))
 		added.Store(e + 1)
 	}
 	close(done)
@@ -318,6 +327,17 @@ func TestDirectEntryLogConcurrentReads(t *testing.T) {
 	case err := <-errs:
 		t.Fatal(err)
 	default:
+	}
+	// Once more, all of them: what is written is read from the disk.
+	for e := range int64(n) {
+		checkEntry(t, s, 1, e, sizeOf(e))
+	}
+	d := s.logs.disk
+	d.mu.Lock()
+	chunks := d.reads
+	d.mu.Unlock()
+	if chunks == 0 || d.spanReads.Load() == 0 {
+		t.Fatalf("%d chunk reads and %d span reads from the disk, want some of each", chunks, d.spanReads.Load())
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"math/bits"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
@@ -31,14 +33,16 @@ import (
 
 const (
 	// diskChunkSize is the bytes read from the disk at once, at
-	// multiples of it in the log. An entry larger is read through the
-	// page cache.
+	// multiples of it in the log.
 	diskChunkSize = 1 << 20
 	// diskChunks is how many chunks are held (64 MiB, allocated as
 	// used): consumers of a log's partitions read it at places as far
 	// apart as their fetches' read-ahead, and each chunk holds entries of
 	// all of them.
 	diskChunks = 64
+	// diskSpanMin: entries of this many bytes or more are read on their
+	// own (readSpan), not through the chunks.
+	diskSpanMin = 64 << 10
 	// diskPrefetch is how many chunks after one first used are read in
 	// the background.
 	diskPrefetch = 2
@@ -54,14 +58,19 @@ type diskReads struct {
 	mu   sync.Mutex
 	off  bool      // O_DIRECT refused: read through the page cache
 	cond sync.Cond // a chunk finished loading or was released
-	// dropped[log]: bytes of log below this offset have been dropped from
-	// the page cache (math.MaxInt64: all of them).
-	dropped map[uint64]int64
-	chunks  [diskChunks]diskChunk
-	index   map[chunkKey]*diskChunk // the occupied chunks
-	tick    uint64                  // for least-recently-used eviction
+	// marks[log]: bytes of log below this offset are read from the disk
+	// (math.MaxInt64: all of them): dropped from the page cache
+	// (dropBehind), or written with O_DIRECT and final in the file
+	// (direct writes: the write holding them has returned, and no later
+	// flush writes over them).
+	marks  map[uint64]int64
+	chunks [diskChunks]diskChunk
+	index  map[chunkKey]*diskChunk // the occupied chunks
+	tick   uint64                  // for least-recently-used eviction
 	// reads counts chunks read from the disk (tests).
 	reads int
+	// spanReads counts entries read on their own (tests).
+	spanReads atomic.Int64
 }
 
 // chunkKey names a chunk: the bytes of log from start, a multiple of
@@ -80,22 +89,23 @@ type diskChunk struct {
 	refs     int    // readers copying out of buf
 	used     uint64 // d.tick when last used
 	used1    bool   // used since read: its successors were prefetched
+	mark     int64  // the log's mark when the read started
 	occupied bool   // key is in the index
 }
 
 func newDiskReads(log *slog.Logger) *diskReads {
-	d := &diskReads{log: log, dropped: map[uint64]int64{}, index: map[chunkKey]*diskChunk{}}
+	d := &diskReads{log: log, marks: map[uint64]int64{}, index: map[chunkKey]*diskChunk{}}
 	d.cond.L = &d.mu
 	return d
 }
 
-// setDropped records that log's bytes below to have been dropped.
-func (d *diskReads) setDropped(log uint64, to int64) {
+// setMark records that log's bytes below to are to be read from the disk.
+func (d *diskReads) setMark(log uint64, to int64) {
 	if d == nil {
 		return
 	}
 	d.mu.Lock()
-	d.dropped[log] = max(d.dropped[log], to)
+	d.marks[log] = max(d.marks[log], to)
 	d.mu.Unlock()
 }
 
@@ -105,7 +115,7 @@ func (d *diskReads) forget(log uint64) {
 		return
 	}
 	d.mu.Lock()
-	delete(d.dropped, log)
+	delete(d.marks, log)
 	for i := range d.chunks {
 		if c := &d.chunks[i]; c.occupied && c.key.log == log && !c.loading && c.refs == 0 {
 			delete(d.index, c.key)
@@ -116,14 +126,14 @@ func (d *diskReads) forget(log uint64) {
 }
 
 // wanted reports whether [off, off+n) of log is to be read from the disk:
-// it was dropped, and is no larger than a chunk.
+// it is below the log's mark.
 func (d *diskReads) wanted(log uint64, off, n int64) bool {
-	if d == nil || n > diskChunkSize {
+	if d == nil {
 		return false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return !d.off && off+n <= d.dropped[log]
+	return !d.off && off+n <= d.marks[log]
 }
 
 // turnOff stops reads from the disk for good (O_DIRECT cannot be used),
@@ -141,13 +151,17 @@ func (d *diskReads) turnOffLocked(why string) {
 	}
 }
 
-// read copies [off, off+len(e)) of log into e, from the chunks holding
-// it, held or read with readAt (an O_DIRECT read of the log into an
-// aligned buffer, returning the bytes read). ok is false if the bytes are
-// not all in the chunks read (past the end of the file, or a read error):
-// the caller reads them through the page cache instead, which reports what
-// is wrong.
+// read copies [off, off+len(e)) of log into e from the disk: an entry of
+// diskSpanMin bytes or more with an O_DIRECT read of its own (readSpan),
+// a smaller one from the chunks holding it, held or read with readAt (an
+// O_DIRECT read of the log into an aligned buffer, returning the bytes
+// read). ok is false if the bytes are not all read (past the end of the
+// file, or a read error): the caller reads them through the page cache
+// instead, which reports what is wrong.
 func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) (ok bool) {
+	if len(e) >= diskSpanMin {
+		return d.readSpan(off, e, readAt)
+	}
 	end := off + int64(len(e))
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -166,6 +180,68 @@ func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte
 		pos = to
 	}
 	return true
+}
+
+// readSpan reads e at off with one O_DIRECT read of the blocks holding
+// it, into a recycled aligned buffer, and copies it out. A large entry is
+// read whole by whoever wants it: through the chunks, the entries of
+// several partitions interleaved in a log would each hold a chunk for
+// their reader, and catching-up readers far apart (each with its reads
+// ahead) would evict one another's chunks before they are used.
+func (d *diskReads) readSpan(off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) bool {
+	from := off &^ (diskBlock - 1)
+	to := (off + int64(len(e)) + diskBlock - 1) &^ (diskBlock - 1)
+	buf := getSpanBuf(int(to - from))
+	defer putSpanBuf(buf)
+	n, err := readAt(buf, from)
+	d.spanReads.Add(1)
+	if errors.Is(err, syscall.EINVAL) { // O_DIRECT refused at the read
+		d.turnOff("O_DIRECT read: " + err.Error())
+	}
+	if int64(n) < off-from+int64(len(e)) {
+		return false
+	}
+	copy(e, buf[off-from:])
+	return true
+}
+
+// Span buffers: one sync.Pool per power of two from 2^spanMinShift
+// bytes, each buffer diskBlock-aligned.
+const (
+	spanMinShift = 16
+	spanMaxShift = 26 // an entry of entry.MaxSize and two blocks fit
+)
+
+var spanBufs [spanMaxShift - spanMinShift + 1]sync.Pool
+
+// spanClass is the pool index of buffers holding n bytes, and their size;
+// -1 when n is too large to pool.
+func spanClass(n int) (int, int) {
+	k := max(bits.Len(uint(n-1)), spanMinShift)
+	if k > spanMaxShift {
+		return -1, n
+	}
+	return k - spanMinShift, 1 << k
+}
+
+// getSpanBuf returns an aligned buffer of n bytes, n a multiple of
+// diskBlock, recycled where one was put back.
+func getSpanBuf(n int) []byte {
+	i, size := spanClass(n)
+	if i >= 0 {
+		if p, ok := spanBufs[i].Get().(*[]byte); ok {
+			return (*p)[:n]
+		}
+	}
+	return fsutil.AlignedBuffer(size, diskBlock)[:n]
+}
+
+// putSpanBuf gives b, from getSpanBuf, back.
+func putSpanBuf(b []byte) {
+	if i, size := spanClass(cap(b)); i >= 0 && size == cap(b) {
+		b = b[:0]
+		spanBufs[i].Put(&b)
+	}
 }
 
 // chunkLocked returns the chunk at key holding at least its first need
@@ -197,7 +273,7 @@ func (d *diskReads) chunkLocked(key chunkKey, need int64, readAt func(buf []byte
 		d.mu.Unlock()
 		n, err := readAt(c.buf, key.start)
 		d.mu.Lock()
-		if !d.endLoadLocked(c, n, err) || int64(n) < need {
+		if !d.endLoadLocked(c, n, err) || int64(c.n) < need { // c.n: the bytes trusted
 			return nil
 		}
 		d.useLocked(c, readAt)
@@ -223,7 +299,7 @@ func (d *diskReads) useLocked(c *diskChunk, readAt func(buf []byte, off int64) (
 func (d *diskReads) prefetchLocked(key chunkKey, readAt func(buf []byte, off int64) (int, error)) {
 	for i := range int64(diskPrefetch) {
 		next := chunkKey{key.log, key.start + (i+1)*diskChunkSize}
-		if next.start+diskChunkSize > d.dropped[key.log] || d.index[next] != nil {
+		if next.start+diskChunkSize > d.marks[key.log] || d.index[next] != nil {
 			continue
 		}
 		c := d.victimLocked()
@@ -249,6 +325,7 @@ func (d *diskReads) startLoadLocked(c *diskChunk, key chunkKey) {
 		c.buf = fsutil.AlignedBuffer(diskChunkSize, diskBlock)
 	}
 	c.key, c.n, c.loading, c.occupied, c.used1 = key, 0, true, true, false
+	c.mark = d.marks[key.log]
 	d.index[key] = c
 	d.reads++
 }
@@ -262,7 +339,10 @@ func (d *diskReads) endLoadLocked(c *diskChunk, n int, err error) bool {
 	if errors.Is(err, syscall.EINVAL) { // O_DIRECT refused at the read
 		d.turnOffLocked("O_DIRECT read: " + err.Error())
 	}
-	_, kept := d.dropped[c.key.log] // forget dropped it meanwhile: the log is gone
+	_, kept := d.marks[c.key.log] // forget dropped it meanwhile: the log is gone
+	// Bytes past the mark when the read started may have been written
+	// over since (a direct write's padding): they are not trusted.
+	n = int(min(int64(n), max(0, c.mark-c.key.start)))
 	if n <= 0 || !kept {
 		delete(d.index, c.key)
 		c.occupied = false

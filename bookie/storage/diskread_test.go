@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -73,16 +74,16 @@ func TestDiskReads(t *testing.T) {
 	if d.wanted(1, 0, 100) {
 		t.Fatal("wanted before anything was dropped")
 	}
-	d.setDropped(1, 4<<20)
+	d.setMark(1, 4<<20)
 	for _, tc := range []struct {
 		off, n int64
 		want   bool
 	}{
 		{0, 100, true},
 		{4<<20 - 100, 100, true},
-		{4<<20 - 100, 101, false},       // past the dropped mark
-		{100, diskChunkSize, true},      // across two chunks
-		{100, diskChunkSize + 1, false}, // larger than a chunk
+		{4<<20 - 100, 101, false},      // past the dropped mark
+		{100, diskChunkSize, true},     // across two chunks
+		{100, diskChunkSize + 1, true}, // larger than a chunk: read on its own
 	} {
 		if got := d.wanted(1, tc.off, tc.n); got != tc.want {
 			t.Errorf("wanted [%d, +%d) = %t, want %t", tc.off, tc.n, got, tc.want)
@@ -126,7 +127,7 @@ func TestDiskReads(t *testing.T) {
 	}
 	// Past the end of the file: not served, so read through the page
 	// cache, which says what is wrong.
-	d.setDropped(1, 1<<40)
+	d.setMark(1, 1<<40)
 	if read(size-10, 20) {
 		t.Error("a read past the end of the log was served")
 	}
@@ -145,7 +146,7 @@ func TestDiskReads(t *testing.T) {
 	// A failed chunk read is not served, nor kept.
 	other := newFakeLog(1 << 20)
 	other.fail.Store(true)
-	d.setDropped(2, 1<<20)
+	d.setMark(2, 1<<20)
 	e := make([]byte, 100)
 	if d.read(2, 1000, e, other.readAt) {
 		t.Error("a read whose chunk read failed was served")
@@ -185,12 +186,120 @@ func TestDiskReads(t *testing.T) {
 	d.mu.Unlock()
 }
 
+// An entry of diskSpanMin bytes or more is read on its own: one aligned
+// read of the blocks holding it, none through the chunks, whatever its
+// size and alignment; a smaller one goes through the chunks. A span read
+// short (past the end of the file) or failing is not served.
+func TestDiskReadsSpan(t *testing.T) {
+	const size = 8 << 20
+	lg := newFakeLog(size)
+	d := newDiskReads(discardLogger)
+	d.setMark(1, 6<<20)
+	for _, tc := range []struct {
+		off, n int64
+	}{
+		{0, diskSpanMin},
+		{diskBlock + 17, diskSpanMin + diskBlock + 1}, // unaligned at both ends
+		{3<<20 - 5, 2<<20 + 3},                        // larger than a chunk, across three
+		{6<<20 - diskSpanMin, diskSpanMin},            // up to the mark
+	} {
+		if !d.wanted(1, tc.off, tc.n) {
+			t.Fatalf("[%d, +%d) below the mark not wanted", tc.off, tc.n)
+		}
+		reads, spans, chunks := lg.reads.Load(), d.spanReads.Load(), d.reads
+		e := make([]byte, tc.n)
+		if !d.read(1, tc.off, e, lg.readAt) {
+			t.Fatalf("span read [%d, +%d) failed", tc.off, tc.n)
+		}
+		if !bytes.Equal(e, lg.data[tc.off:tc.off+tc.n]) {
+			t.Fatalf("span read [%d, +%d): wrong bytes", tc.off, tc.n)
+		}
+		if r, sp, c := lg.reads.Load()-reads, d.spanReads.Load()-spans, d.reads-chunks; r != 1 || sp != 1 || c != 0 {
+			t.Fatalf("[%d, +%d): %d reads, %d span reads, %d chunk reads; want 1, 1, 0", tc.off, tc.n, r, sp, c)
+		}
+	}
+	spans := d.spanReads.Load()
+	e := make([]byte, diskSpanMin-1)
+	if !d.read(1, 100, e, lg.readAt) || !bytes.Equal(e, lg.data[100:100+len(e)]) {
+		t.Fatal("a read just under diskSpanMin failed or is wrong")
+	}
+	if d.spanReads.Load() != spans || d.reads == 0 {
+		t.Fatalf("an entry under diskSpanMin was read on its own (%d chunk reads)", d.reads)
+	}
+	d.setMark(1, 1<<40)
+	if d.read(1, size-diskSpanMin+1, make([]byte, diskSpanMin), lg.readAt) {
+		t.Error("a span read past the end of the log was served")
+	}
+	lg.fail.Store(true)
+	if d.read(1, 0, make([]byte, diskSpanMin), lg.readAt) {
+		t.Error("a failed span read was served")
+	}
+}
+
+// Span buffers come in powers of two from 64 KiB, aligned, and are
+// recycled by size class; larger ones are not pooled.
+func TestSpanBufs(t *testing.T) {
+	for _, tc := range []struct{ n, class, size int }{
+		{diskBlock, 0, 1 << 16},
+		{1 << 16, 0, 1 << 16},
+		{1<<16 + diskBlock, 1, 1 << 17},
+		{1 << 26, spanMaxShift - spanMinShift, 1 << 26},
+		{1<<26 + diskBlock, -1, 1<<26 + diskBlock},
+	} {
+		if c, size := spanClass(tc.n); c != tc.class || size != tc.size {
+			t.Errorf("spanClass(%d) = %d, %d; want %d, %d", tc.n, c, size, tc.class, tc.size)
+		}
+	}
+	b := getSpanBuf(3 * diskBlock)
+	if len(b) != 3*diskBlock || cap(b) != 1<<16 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%diskBlock != 0 {
+		t.Fatalf("getSpanBuf(%d): len %d, cap %d, or unaligned", 3*diskBlock, len(b), cap(b))
+	}
+	putSpanBuf(b)
+	big := getSpanBuf(1<<26 + diskBlock)
+	if len(big) != 1<<26+diskBlock || uintptr(unsafe.Pointer(unsafe.SliceData(big)))%diskBlock != 0 {
+		t.Fatal("an unpooled span buffer is the wrong size or unaligned")
+	}
+	putSpanBuf(big) // not pooled: dropped
+}
+
+// A chunk trusts only the bytes below its log's mark when its read
+// started: past it, a direct write's padding may since have been written
+// over. A read of bytes the mark has since passed reads the chunk again.
+func TestDiskReadsChunkTrustsItsMark(t *testing.T) {
+	lg := newFakeLog(1 << 20)
+	d := newDiskReads(discardLogger)
+	d.setMark(1, 2*diskBlock)
+	e := make([]byte, 100)
+	if !d.read(1, 0, e, lg.readAt) {
+		t.Fatal("read below the mark failed")
+	}
+	// The block after the mark was padding when the chunk was read; a
+	// flush writes entries over it and the mark moves on.
+	for i := 2 * diskBlock; i < 3*diskBlock; i++ {
+		lg.data[i] ^= 0xff
+	}
+	d.setMark(1, 3*diskBlock)
+	off := int64(2*diskBlock + 10)
+	if !d.wanted(1, off, 100) {
+		t.Fatal("bytes below the new mark not wanted")
+	}
+	if !d.read(1, off, e, lg.readAt) {
+		t.Fatal("read below the new mark failed")
+	}
+	if !bytes.Equal(e, lg.data[off:off+100]) {
+		t.Fatal("bytes past the mark when the chunk was read were served from it, not read again")
+	}
+	if got := lg.readsAt(0); got != 2 {
+		t.Fatalf("chunk 0 read %d times, want 2 (again once the mark passed its end)", got)
+	}
+}
+
 // The first read of a chunk starts reads of the next diskPrefetch ones,
 // wholly dropped, in the background; a reader going on finds them read.
 func TestDiskReadsPrefetch(t *testing.T) {
 	lg := newFakeLog(8 << 20)
 	d := newDiskReads(discardLogger)
-	d.setDropped(1, 3<<20+diskChunkSize/2) // chunks 0 to 2 wholly dropped, 3 partly
+	d.setMark(1, 3<<20+diskChunkSize/2) // chunks 0 to 2 wholly dropped, 3 partly
 	e := make([]byte, 100)
 	if !d.read(1, 10, e, lg.readAt) {
 		t.Fatal("read of chunk 0 failed")
@@ -219,7 +328,7 @@ func TestDiskReadsRefused(t *testing.T) {
 	d := newDiskReads(logger)
 	lg := newFakeLog(4 << 20)
 	lg.inval.Store(true)
-	d.setDropped(1, 4<<20)
+	d.setMark(1, 4<<20)
 	e := make([]byte, 100)
 	if d.read(1, 0, e, lg.readAt) {
 		t.Fatal("a read refused with EINVAL was served")
@@ -248,7 +357,7 @@ func TestDiskReadsConcurrent(t *testing.T) {
 	logs := []*fakeLog{newFakeLog(24 << 20), newFakeLog(24 << 20)}
 	d := newDiskReads(discardLogger)
 	for id := range logs {
-		d.setDropped(uint64(id), 1<<40)
+		d.setMark(uint64(id), 1<<40)
 	}
 	var wg sync.WaitGroup
 	var bad atomic.Int64

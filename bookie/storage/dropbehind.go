@@ -115,7 +115,7 @@ func (d *dropBehind) drop(log uint64, path string, from, to int64, finished bool
 	if n == 0 {
 		to = math.MaxInt64
 	}
-	d.disk.setDropped(log, to)
+	d.disk.setMark(log, to)
 }
 
 // forget closes log's handle and its bookkeeping.

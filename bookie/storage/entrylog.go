@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -218,8 +219,8 @@ type entryLogs struct {
 	// drop, if set, drops the page-cache pages of older written bytes
 	// (Options.EntryLogPageCacheKeep). Used under syncMu.
 	drop *dropBehind
-	// disk, set with drop, reads dropped bytes from the disk in chunks
-	// (diskread.go).
+	// disk, set with drop or directIO, reads the bytes dropped from the
+	// page cache, or written with O_DIRECT, from the disk (diskread.go).
 	disk *diskReads
 }
 
@@ -238,7 +239,10 @@ func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, direct boo
 		readers:  make(map[uint64]*logReader),
 		directIO: direct,
 	}
-	if !direct && keep > 0 {
+	switch {
+	case direct:
+		l.disk = newDiskReads(log)
+	case keep > 0:
 		l.disk = newDiskReads(log)
 		l.drop = newDropBehind(fs, keep, l.disk)
 	}
@@ -414,6 +418,9 @@ func (l *entryLogs) rotateLocked() error {
 	// Written out (with direct writes, its last block too); the next log
 	// has its own buffer.
 	old.written, old.buf, old.tail, old.spare = old.size(), nil, 0, nil
+	if l.directIO || old.direct != nil {
+		l.disk.setMark(old.id, math.MaxInt64) // all of it is final in the file
+	}
 	l.pending = append(l.pending, old)
 	l.cur = w
 	return nil

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/magnetar-io/magnetar/bookie/journal"
@@ -73,6 +74,11 @@ func recoverStorage(o Options, idx *index, logDir string) (*Storage, error) {
 	logs, err := openEntryLogs(o.FS, logDir, o.EntryLogMaxSize, o.WriteBufferSize, o.EntryLogDirectIO, o.EntryLogPageCacheKeep, next, o.Logger)
 	if err != nil {
 		return nil, err
+	}
+	if o.EntryLogDirectIO { // the logs of earlier runs are read as new ones are
+		for _, id := range ids {
+			logs.disk.setMark(id, math.MaxInt64)
+		}
 	}
 	s := &Storage{
 		opts:           o,
