@@ -50,6 +50,7 @@ var perfAllSettings = []setting{
 	{"perf-all-topics-rate", "5000", "msg/s", "the many-topics load publishes this many messages/s over all its topics"},
 	{"perf-all-partitions", "10000", "count", "partitions of the many-partitions load (the memory goal), one Kafka topic with a record and a committed offset on each"},
 	{"perf-write-doc", "", "file", "write the machine, the date and the results table into this Markdown file, between <!-- make bench: begin --> and <!-- make bench: end --> (appended the first time)"},
+	{"perf-standalone-flags", "", "flags", "more flags for the standalone, space-separated, each starting with --: the run then measures a setting against its default (e.g. \"--entry-log-direct-io\"); the table says which"},
 	{"perf-profile-dir", "", "dir", "save profiles of the standalone for each load here: <load>.cpu.pprof, and <load>.allocs-before.pprof and <load>.allocs.pprof (its allocations before and after the load)"},
 }
 
@@ -122,7 +123,8 @@ func newPerfAllCommand(a *app) *cobra.Command {
    standalone is, so that they and Magnetar run alike.
 3. Magnetar standalone, started from this same binary as a child process
    with a fresh data directory in the scratch directory, on free loopback
-   ports, with its defaults (fsync on) and no MAGNETAR_* environment; it is
+   ports, with its defaults (fsync on) but perf-standalone-flags, and no
+   MAGNETAR_* environment; it is
    stopped with SIGTERM at the end, on errors and on signals. Against it:
      Kafka (franz-go, acks all, idempotent): produce 1 KiB records, closed
      loop, on a 4-partition and on a 1-partition topic; consume the
@@ -199,8 +201,9 @@ type perfAllConfig struct {
 	Topics         int
 	TopicsRate     float64
 	Partitions     int
-	WriteDoc       string // "" writes no file
-	ProfileDir     string // "" takes no profiles
+	WriteDoc       string   // "" writes no file
+	ProfileDir     string   // "" takes no profiles
+	StandaloneArgs []string // perf-standalone-flags
 	Interval       time.Duration
 	Command        string // the command line, for the document
 }
@@ -243,6 +246,16 @@ func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
 	}
 	if cfg.Partitions, err = check(sv, s("perf-all-partitions"), parseCount(broker.MaxPartitions)); err != nil {
 		return cfg, err
+	}
+	flags, err := check(sv, s("perf-standalone-flags"), verbatim)
+	if err != nil {
+		return cfg, err
+	}
+	for _, f := range strings.Fields(flags) {
+		if !strings.HasPrefix(f, "--") || f == "--" {
+			return cfg, fmt.Errorf("perf-standalone-flags %q: %q is not a flag (want --name or --name=value)", flags, f)
+		}
+		cfg.StandaloneArgs = append(cfg.StandaloneArgs, f)
 	}
 	cfg.Interval = time.Second
 	cfg.Command = strings.Join(os.Args, " ")
@@ -560,7 +573,7 @@ func measureLoopback(ctx context.Context, d time.Duration) (float64, float64, er
 // profiles if asked) and stops it.
 func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io.Writer, res *benchResults) (err error) {
 	fmt.Fprintln(b.out, "\n[magnetar] starting magnetar standalone")
-	sa, err := startStandaloneChild(ctx, exe, dataDir, b.cfg.ProfileDir != "", logs)
+	sa, err := startStandaloneChild(ctx, exe, dataDir, b.cfg.ProfileDir != "", b.cfg.StandaloneArgs, logs)
 	if err != nil {
 		return err
 	}
@@ -875,10 +888,10 @@ type standaloneChild struct {
 const childTailLines = 20
 
 // startStandaloneChild starts exe as `magnetar standalone` with data in
-// dataDir on free loopback ports (and pprof on one if withPprof), and
-// waits for its ready line. Its log lines of level WARN and above go to
-// logs. The caller must call stop.
-func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bool, logs io.Writer) (*standaloneChild, error) {
+// dataDir on free loopback ports (and pprof on one if withPprof), with
+// the flags of extra after its own, and waits for its ready line. Its log
+// lines of level WARN and above go to logs. The caller must call stop.
+func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bool, extra []string, logs io.Writer) (*standaloneChild, error) {
 	args := []string{"standalone", "--data-dir", dataDir,
 		"--http-listen", "127.0.0.1:0", "--bookie-listen", "127.0.0.1:0",
 		"--pulsar-listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0",
@@ -886,6 +899,7 @@ func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bo
 	if withPprof {
 		args = append(args, "--pprof-listen", "127.0.0.1:0")
 	}
+	args = append(args, extra...)
 	c, err := startChild(ctx, exe, args, "standalone", "magnetar standalone ready", logs)
 	if err != nil {
 		return nil, err
@@ -2394,7 +2408,11 @@ func docSection(cfg perfAllConfig, dataDir string, t *table) string {
 	fmt.Fprintf(&sb, "Written by `magnetar perf all` on %s; `make bench` rewrites this section.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&sb, "Machine: %s.\n\n", describeMachine(dataDir))
 	fmt.Fprintf(&sb, "Command: `%s` (%s).\n\n", cfg.Command, cfg.describe())
-	sb.WriteString(`Magnetar is ` + "`magnetar standalone`" + ` with its defaults (fsync on), a child process on
+	settings := "its defaults (fsync on)"
+	if len(cfg.StandaloneArgs) > 0 {
+		settings = "its defaults (fsync on) but `" + strings.Join(cfg.StandaloneArgs, " ") + "`"
+	}
+	sb.WriteString(`Magnetar is ` + "`magnetar standalone`" + ` with ` + settings + `, a child process on
 loopback; kfake is franz-go's in-memory fake Kafka, a child process too
 (` + "`magnetar perf kfake-broker`" + `).
 Kafka loads: franz-go, acks all, idempotent, 1 KiB records; produce is a

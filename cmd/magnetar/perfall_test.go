@@ -202,16 +202,22 @@ func TestPerfAll(t *testing.T) {
 		}
 	}
 	first := checkPerfAllDoc(t, doc, intro)
-	if !strings.Contains(first, "--perf-profile-dir") {
-		t.Errorf("the document's command lacks --perf-profile-dir:\n%s", first)
+	if !strings.Contains(first, "--perf-profile-dir") || !strings.Contains(first, "with its defaults (fsync on), a child") {
+		t.Errorf("the document's command lacks --perf-profile-dir, or it does not say the standalone ran with its defaults:\n%s", first)
 	}
 
-	code, out, errOut = runPerfAllBinary(t, "--perf-write-doc", doc)
+	// A setting measured against the default: the standalone runs with it,
+	// and the document says so.
+	code, out, errOut = runPerfAllBinary(t, "--perf-write-doc", doc, "--perf-standalone-flags", "--entry-log-direct-io --entry-cache-size=1048576")
 	if code != 0 {
 		t.Fatalf("second run: exit %d\nstderr:\n%s\nstdout:\n%s", code, errOut, out)
 	}
-	if second := checkPerfAllDoc(t, doc, intro); strings.Contains(second, "--perf-profile-dir") {
+	second := checkPerfAllDoc(t, doc, intro)
+	if strings.Contains(second, "--perf-profile-dir") {
 		t.Errorf("the second run did not replace the section:\n%s", second)
+	}
+	if !strings.Contains(second, "with its defaults (fsync on) but `--entry-log-direct-io --entry-cache-size=1048576`") {
+		t.Errorf("the document does not name the standalone's flags:\n%s", second)
 	}
 }
 
@@ -274,6 +280,7 @@ func TestPerfAllUsageErrors(t *testing.T) {
 		{[]string{"--perf-all-topics-rate", "0"}, "perf-all-topics-rate 0: want a positive rate"},
 		{[]string{"--perf-all-partitions", "0"}, `invalid perf-all-partitions "0"`},
 		{[]string{"--perf-all-partitions", "65537"}, `invalid perf-all-partitions "65537"`},
+		{[]string{"--perf-standalone-flags", "--entry-log-direct-io fsync"}, `"fsync" is not a flag`},
 	} {
 		clearEnv(t)
 		r := run(t, append([]string{"perf", "all"}, tc.args...)...)
