@@ -54,9 +54,11 @@ type Options struct {
 	// left to the kernel. At least MinEntryLogPageCacheKeep.
 	EntryLogPageCacheKeep int64
 	// EntryLogDirectIO writes the entry logs with O_DIRECT where the file
-	// system allows it (directwrite.go); they are still read through the
-	// page cache, and EntryLogPageCacheKeep does not apply. Default false:
-	// written through the page cache.
+	// system allows it (directwrite.go), and reads the blocks a direct
+	// write finished with by O_DIRECT too (diskread.go);
+	// EntryLogPageCacheKeep does not apply. False here (the zero Options):
+	// written and read through the page cache. The bookie and standalone
+	// commands turn it on by default (entry-log-direct-io, design note 0010).
 	EntryLogDirectIO bool
 	// WriteBufferSize is the entry-log write buffer; appends reach the file
 	// when it fills. Default 1 MiB.

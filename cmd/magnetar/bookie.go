@@ -31,7 +31,7 @@ var bookieStorageSettings = []setting{
 	{"journal-direct-io", "true", "bool", "write journal records with O_DIRECT (not through the page cache, which only recovery would read); where the file system refuses it (at open or at the first write), the bookie logs a warning and uses the page cache"},
 	{"journal-reuse-files", "2", "count", "journal files a checkpoint released that are kept to be written over by later files (cheaper fsyncs, no deletions on the write path); others are deleted gradually; 0 deletes them all"},
 	{"entry-log-max-size", "1073741824", "bytes", "start a new entry log when the current one passes this size"},
-	{"entry-log-direct-io", "false", "bool", "write entry logs with O_DIRECT, not through the page cache (less CPU per byte written; catching-up reads then come from the disk, with O_DIRECT too); where the file system refuses it (at open or at a write), the bookie logs a warning and uses the page cache"},
+	{"entry-log-direct-io", "true", "bool", "write entry logs with O_DIRECT, not through the page cache (less CPU per byte written, no page-cache writeback stalls; catching-up reads come from the disk, with O_DIRECT too); false writes and reads them through the page cache; where the file system refuses O_DIRECT (at open or at a write), the bookie logs a warning and uses the page cache"},
 	{"entry-log-page-cache-keep", "0", "bytes", "with entry-log-direct-io=false: keep only the newest this many written bytes of entry logs in the page cache, dropping older pages once written back (Linux); reads of older entries then go to the disk; 0 leaves the page cache to the kernel"},
 	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files released"},
 	{"gc-interval", "60s", "duration", "how often the space of deleted ledgers is reclaimed"},
@@ -174,6 +174,10 @@ func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) 
 	o.EntryLogDirectIO = logDirect
 	if o.EntryLogPageCacheKeep, err = check(sv, s("entry-log-page-cache-keep"), parsePageCacheKeep); err != nil {
 		return o, err
+	}
+	if o.EntryLogDirectIO && o.EntryLogPageCacheKeep > 0 {
+		return o, fmt.Errorf("entry-log-page-cache-keep %d (from %s) needs entry-log-direct-io=false: with O_DIRECT (the default) the entry logs take no page cache to keep",
+			o.EntryLogPageCacheKeep, sv.source(s("entry-log-page-cache-keep")))
 	}
 	if o.CheckpointInterval, err = check(sv, s("checkpoint-interval"), parsePositiveDuration); err != nil {
 		return o, err

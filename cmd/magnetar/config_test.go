@@ -90,11 +90,14 @@ func TestPrecedence(t *testing.T) {
 			func(r inProcess) string { return loggerLevel(r.app.logger) }},
 		{"journal-direct-io", "true", "false", "true", "false",
 			func(r inProcess) string { return strconv.FormatBool(!r.cfg.BookieStorage.Journal.BufferedIO) }},
-		{"entry-log-direct-io", "false", "true", "false", "true",
+		{"entry-log-direct-io", "true", "false", "true", "false",
 			func(r inProcess) string { return strconv.FormatBool(r.cfg.BookieStorage.EntryLogDirectIO) }},
 		{"entry-log-page-cache-keep", "0", "4194304", "8388608", "16777216",
 			func(r inProcess) string { return strconv.FormatInt(r.cfg.BookieStorage.EntryLogPageCacheKeep, 10) }},
 	}
+	// Flags given in every case of a key: the page cache to keep needs the
+	// entry logs written through it.
+	also := map[string][]string{"entry-log-page-cache-keep": {"--entry-log-direct-io=false"}}
 	for _, k := range keys {
 		env := lookupSettingAll(k.name).env()
 		for mask := 0; mask < 8; mask++ {
@@ -102,7 +105,7 @@ func TestPrecedence(t *testing.T) {
 			name := k.name + "/" + strings.Join(filterTrue(map[string]bool{"file": useFile, "env": useEnv, "flag": useFlag}), "+")
 			t.Run(name, func(t *testing.T) {
 				clearEnv(t)
-				args := []string{"standalone"}
+				args := append([]string{"standalone"}, also[k.name]...)
 				want := k.def
 				if useFile {
 					args = append(args, "--config", writeFile(t, "m.yaml", k.name+": "+k.file+"\n"))
@@ -302,6 +305,8 @@ func TestInvalidInvocations(t *testing.T) {
 			want: []string{`invalid journal-sync "yes please" (from config file `}},
 		{name: "page cache keep too small", args: []string{"standalone", "--entry-log-page-cache-keep", "4096"},
 			want: []string{`invalid entry-log-page-cache-keep "4096" (from flag --entry-log-page-cache-keep): want 0 (off) or a number of bytes from 2097152`}},
+		{name: "page cache keep with direct entry logs", args: []string{"standalone"}, env: map[string]string{"MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP": "4194304"},
+			want: []string{`entry-log-page-cache-keep 4194304 (from environment MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP) needs entry-log-direct-io=false`}},
 		{name: "page cache keep negative", args: []string{"bookie"}, env: map[string]string{"MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP": "-1"},
 			want: []string{`invalid entry-log-page-cache-keep "-1" (from environment MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP)`}},
 	} {

@@ -17,19 +17,24 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// With --entry-log-page-cache-keep, a Kafka consumer reading from the
-// start gets every record back, and what the bookie dropped from the page
-// cache is read from the disk (the process's read_bytes grows by about the
-// bytes dropped) without a warning that O_DIRECT cannot be used.
+// With --entry-log-direct-io=false --entry-log-page-cache-keep, the entry
+// logs are written through the page cache (none open with O_DIRECT), a
+// Kafka consumer reading from the start gets every record back, and what
+// the bookie dropped from the page cache is read from the disk (the
+// process's read_bytes grows by about the bytes dropped) without a warning
+// that O_DIRECT cannot be used.
 func TestPageCacheKeepEndToEnd(t *testing.T) {
 	clearEnv(t)
 	const keep = 2 << 20
 	// A small entry cache, so that the consumer's reads reach the bookie.
-	p, ready := startStandaloneProc(t, "--entry-log-page-cache-keep", fmt.Sprint(keep), "--entry-cache-size", "1048576")
+	p, ready := startStandaloneProc(t, "--entry-log-direct-io=false", "--entry-log-page-cache-keep", fmt.Sprint(keep), "--entry-cache-size", "1048576")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	load := entryLogLoad{topic: "keep", partitions: 4, perPartition: 800, size: 8 << 10} // 25 MiB
 	load.produce(ctx, t, ready.KafkaAdvertised)
+	if n := directEntryLogs(t, p.cmd.Process.Pid); n != 0 {
+		t.Errorf("%d entry logs open with O_DIRECT with --entry-log-direct-io=false", n)
+	}
 	before := readBytes(t, p.cmd.Process.Pid)
 	load.consume(ctx, t, ready.KafkaAdvertised)
 	read := readBytes(t, p.cmd.Process.Pid) - before
@@ -41,12 +46,12 @@ func TestPageCacheKeepEndToEnd(t *testing.T) {
 	}
 }
 
-// With --entry-log-direct-io, the standalone's entry logs are open with
-// O_DIRECT, and a Kafka consumer reading from the start gets every record
-// back.
+// By default (entry-log-direct-io), the standalone's entry logs are open
+// with O_DIRECT, and a Kafka consumer reading from the start gets every
+// record back.
 func TestEntryLogDirectIOEndToEnd(t *testing.T) {
 	clearEnv(t)
-	p, ready := startStandaloneProc(t, "--entry-log-direct-io", "--entry-cache-size", "1048576")
+	p, ready := startStandaloneProc(t, "--entry-cache-size", "1048576")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	load := entryLogLoad{topic: "direct", partitions: 4, perPartition: 800, size: 8 << 10}
