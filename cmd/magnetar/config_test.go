@@ -211,6 +211,7 @@ func TestDefaults(t *testing.T) {
 			Dir:                filepath.Join("data", "bookie"),
 			Journal:            journal.Options{MaxGroupBytes: 512 << 10, MaxGroupWait: time.Millisecond, RecycledFiles: 2},
 			EntryLogMaxSize:    1 << 30,
+			EntryLogDirectIO:   true,
 			CheckpointInterval: 10 * time.Second,
 			GCInterval:         time.Minute,
 			GCMinLiveRatio:     0.5,
