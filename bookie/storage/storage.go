@@ -112,6 +112,9 @@ type Storage struct {
 	// testHookApply, if set, runs on the applier when records are queued,
 	// before it takes them, with no lock held.
 	testHookApply func()
+	// testHookReadMissed, if set, runs when ReadEntry first finds no
+	// index entry, before it looks whether the applier is behind.
+	testHookReadMissed func()
 }
 
 // failure returns the error that made the storage read-only, or nil.
@@ -346,10 +349,18 @@ func (s *Storage) ReadEntry(ledger, entryID int64) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !ok && !waited && s.unapplied() {
-			// Maybe acknowledged, not yet applied: wait for the applier.
-			if err := s.awaitApplied(); err != nil {
-				return nil, err
+		if !ok && !waited {
+			// Maybe acknowledged, not yet applied when the index was looked
+			// at: wait for the applier if it is behind, and look again
+			// either way, since it may have applied the entry between the
+			// look and now.
+			if hook := s.testHookReadMissed; hook != nil {
+				hook()
+			}
+			if s.unapplied() {
+				if err := s.awaitApplied(); err != nil {
+					return nil, err
+				}
 			}
 			waited = true
 			attempt--
