@@ -253,10 +253,6 @@ func TestApplyKeepsJournalOrder(t *testing.T) {
 	check(s)
 }
 
-// A checkpoint covers what is applied, not what is journaled: records
-// journaled (and acknowledged) but still queued for a lagging applier
-// stay in the journal, and a crash right after the checkpoint replays
-// them.
 // A read that misses an acknowledged entry in the index because the
 // applier had not applied it yet, and finds the applier caught up by the
 // time it looks whether to wait, looks in the index again instead of
@@ -277,13 +273,8 @@ func TestReadRacingTheApplier(t *testing.T) {
 	s.testHookReadMissed = func() {
 		once.Do(func() {
 			release()
-			deadline := time.Now().Add(waitTimeout)
-			for s.unapplied() {
-				if time.Now().After(deadline) {
-					t.Error("the applier did not apply the acknowledged entry")
-					return
-				}
-				time.Sleep(time.Millisecond)
+			if err := s.awaitApplied(); err != nil {
+				t.Errorf("waiting for the applier: %v", err)
 			}
 		})
 	}
@@ -296,6 +287,10 @@ func TestReadRacingTheApplier(t *testing.T) {
 	}
 }
 
+// A checkpoint covers what is applied, not what is journaled: records
+// journaled (and acknowledged) but still queued for a lagging applier
+// stay in the journal, and a crash right after the checkpoint replays
+// them.
 func TestCheckpointWhileApplierLags(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	opts := testOptions(fs)

@@ -357,10 +357,8 @@ func (s *Storage) ReadEntry(ledger, entryID int64) ([]byte, error) {
 			if hook := s.testHookReadMissed; hook != nil {
 				hook()
 			}
-			if s.unapplied() {
-				if err := s.awaitApplied(); err != nil {
-					return nil, err
-				}
+			if err := s.awaitApplied(); err != nil {
+				return nil, err
 			}
 			waited = true
 			attempt--
