@@ -10,7 +10,7 @@
 #   BENCH_DIR=/mnt/disk scripts/bench.sh      # data under this dir (the disk measured)
 #   PROFILE=1 scripts/bench.sh                # also profiles of each load in bench-profiles/
 #   scripts/bench.sh --perf-duration 3s       # more arguments go to magnetar perf all
-#   scripts/bench.sh --perf-standalone-flags --entry-log-direct-io   # the standalone with a setting
+#   scripts/bench.sh --perf-standalone-flags --entry-log-direct-io=false   # the standalone with a setting
 #
 # The output is also kept in bench-all.out. The Go benchmarks are
 # `make bench-go` (scripts/test.sh bench).

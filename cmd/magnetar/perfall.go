@@ -50,7 +50,7 @@ var perfAllSettings = []setting{
 	{"perf-all-topics-rate", "5000", "msg/s", "the many-topics load publishes this many messages/s over all its topics"},
 	{"perf-all-partitions", "10000", "count", "partitions of the many-partitions load (the memory goal), one Kafka topic with a record and a committed offset on each"},
 	{"perf-write-doc", "", "file", "write the machine, the date and the results table into this Markdown file, between <!-- make bench: begin --> and <!-- make bench: end --> (appended the first time)"},
-	{"perf-standalone-flags", "", "flags", "more flags for the standalone, space-separated, each starting with --: the run then measures a setting against its default (e.g. \"--entry-log-direct-io\"); the table says which"},
+	{"perf-standalone-flags", "", "flags", "more flags for the standalone, space-separated, each starting with --: the run then measures a setting against its default (e.g. \"--entry-log-direct-io=false\"); the table says which"},
 	{"perf-profile-dir", "", "dir", "save profiles of the standalone for each load here: <load>.cpu.pprof, and <load>.allocs-before.pprof and <load>.allocs.pprof (its allocations before and after the load)"},
 }
 
