@@ -163,8 +163,12 @@ no-op Kafka broker's produce misses it too (writing each byte once, or
 twice). MB is 10^6 bytes of payload; latencies in ms run from
 when a message was due (open loop), so a stall counts against every message
 it delays. MiB and KiB (memory) are 2^20 and 2^10 bytes.
+After each load, and in a second table at the end (Linux), the host's CPU
+steal during it: the share of the machine's CPU time the hypervisor gave
+to others (/proc/stat). On a shared virtual machine it changes from minute
+to minute; a figure and its floor compare only when their steal is alike.
 
-perf-write-doc writes the table, the machine and the date into a Markdown
+perf-write-doc writes the tables, the machine and the date into a Markdown
 file between <!-- make bench: begin --> and <!-- make bench: end -->.
 perf-profile-dir saves, for each load against Magnetar, profiles of the
 standalone (served by its --pprof-listen): <load>.cpu.pprof, CPU over
@@ -360,7 +364,7 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	fmt.Fprintf(out, "scratch directory %s (removed at the end)\n", dir)
 
 	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, noop: benchFigures{}, noopDurable: benchFigures{}, noopKafka: benchFigures{}, noopKafkaTwice: benchFigures{}}
-	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout}
+	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout, steal: newStealLog()}
 	err = b.measureLimits(ctx, dir, res)
 	if err == nil {
 		// Before kfake has filled this process's heap with gigabytes of
@@ -387,6 +391,10 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	}
 	t := benchTable(res, cfg)
 	fmt.Fprintf(out, "\nresults: %s\n%s", tableNote, t.text())
+	steal := b.steal.table()
+	if steal != nil {
+		fmt.Fprintf(out, "\n%s\n%s", stealNote, steal.text())
+	}
 	if err != nil {
 		return err
 	}
@@ -395,7 +403,7 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 		return nil
 	}
 	if cfg.WriteDoc != "" {
-		if err := writeDocSection(cfg.WriteDoc, docSection(cfg, dir, t)); err != nil {
+		if err := writeDocSection(cfg.WriteDoc, docSection(cfg, dir, t, steal)); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "wrote the results into %s\n", cfg.WriteDoc)
@@ -411,7 +419,55 @@ type benchRun struct {
 	// drain bounds the wait, after an end-to-end load's sends completed,
 	// for its consumer to receive them all.
 	drain time.Duration
+	// steal is the host's CPU steal over each load run (runSteps).
+	steal *stealLog
 }
+
+// stealLog holds the host's CPU steal over each load of a run, by the
+// party the load ran against ("magnetar", "kfake", a no-op broker's name)
+// and the load, each in the order first run.
+type stealLog struct {
+	parties, loads []string
+	frac           map[[2]string]float64
+}
+
+func newStealLog() *stealLog { return &stealLog{frac: map[[2]string]float64{}} }
+
+// record keeps frac, the fraction of the machine's CPU time stolen while
+// party ran load.
+func (s *stealLog) record(party, load string, frac float64) {
+	if !slices.Contains(s.parties, party) {
+		s.parties = append(s.parties, party)
+	}
+	if !slices.Contains(s.loads, load) {
+		s.loads = append(s.loads, load)
+	}
+	s.frac[[2]string{party, load}] = frac
+}
+
+// table is a load per row, a party per column, in percent; nil if
+// nothing was measured (no /proc/stat).
+func (s *stealLog) table() *table {
+	if len(s.loads) == 0 {
+		return nil
+	}
+	t := &table{head: append([]string{"load: the host's CPU steal, %"}, s.parties...)}
+	for _, load := range s.loads {
+		row := []string{load}
+		for _, p := range s.parties {
+			cell := ""
+			if f, ok := s.frac[[2]string{p, load}]; ok {
+				cell = fmt.Sprintf("%.1f", 100*f)
+			}
+			row = append(row, cell)
+		}
+		t.rows = append(t.rows, row)
+	}
+	return t
+}
+
+// stealNote says what the steal table is.
+const stealNote = `The host's CPU steal during each load: the share of the machine's CPU time (all CPUs, /proc/stat's "cpu" line, the warm-up and the profiles taken around the load included) that the hypervisor gave to others while this machine's CPUs wanted to run; a load against a broker (a column: Magnetar, kfake, the no-op brokers) and its floors are only comparable when their steal is alike; blank: not run`
 
 // benchStep is one load of a run.
 type benchStep struct {
@@ -427,7 +483,14 @@ func (b *benchRun) runSteps(ctx context.Context, target string, steps []benchSte
 			return nil
 		}
 		fmt.Fprintf(b.out, "\n[%s %d/%d] %s\n", target, i+1, len(steps), st.name)
+		before, measured := readHostCPU()
 		err := prof.around(ctx, st.name, b.cfg.Duration+time.Second, func() error { return st.run(ctx) })
+		if after, ok := readHostCPU(); measured && ok && b.steal != nil {
+			if f, ok := after.stealSince(before); ok {
+				b.steal.record(target, st.name, f)
+				fmt.Fprintf(b.out, "the host's CPU steal during the load: %.1f %%\n", 100*f)
+			}
+		}
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("%s: %s: %w", target, st.name, err)
 		}
@@ -2402,7 +2465,7 @@ const (
 )
 
 // docSection is what perf-write-doc puts between the markers.
-func docSection(cfg perfAllConfig, dataDir string, t *table) string {
+func docSection(cfg perfAllConfig, dataDir string, t, steal *table) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "## The whole path: `make bench` (issue 10)\n\n")
 	fmt.Fprintf(&sb, "Written by `magnetar perf all` on %s; `make bench` rewrites this section.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
@@ -2426,6 +2489,10 @@ one offset committed on each for one group (a durable subscription), all
 counted loaded by the broker's metrics; the standalone's RSS (VmRSS) 2 s
 after the last commit, before the load, and its peak (VmHWM) during it. ` + tableNote + ".\n\n")
 	sb.WriteString(t.markdown())
+	if steal != nil {
+		sb.WriteString("\n" + stealNote + "\n\n")
+		sb.WriteString(steal.markdown())
+	}
 	return sb.String()
 }
 

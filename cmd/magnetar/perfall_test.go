@@ -186,7 +186,7 @@ func TestPerfAll(t *testing.T) {
 		"[magnetar 14/14] partitions-open", "30 records produced, one per partition", "30 offsets committed, one per partition",
 		"loaded: the broker counts 30 more topics and 30 more subscriptions than before the load",
 		"[kfake 7/7] kafka-e2e-20000", "[no-op pulsar 2/2] pulsar-publish-20000", "[durable no-op pulsar 2/3] pulsar-publish-20000", "[durable no-op pulsar 3/3] pulsar-produce-batched",
-		"[durable no-op kafka 4/4] kafka-publish-20000", "[durable no-op kafka, each byte twice 2/2] kafka-produce-1p", "created 10 producers in ", "wrote the results into " + doc} {
+		"[durable no-op kafka 4/4] kafka-publish-20000", "[durable no-op kafka, each byte twice 2/2] kafka-produce-1p", "created 10 producers in ", "the host's CPU steal during the load: ", "wrote the results into " + doc} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
@@ -242,6 +242,21 @@ func checkPerfAllDoc(t *testing.T, path, intro string) string {
 	for _, m := range perfAllMeasures(10, 30) {
 		if !strings.Contains(doc, "| "+m+" | ") {
 			t.Errorf("document lacks the row %q:\n%s", m, doc)
+		}
+	}
+	// The host's steal over every load, by party, in the order they ran.
+	if !strings.Contains(doc, "\n"+stealNote+"\n\n| load: the host's CPU steal, % | no-op pulsar | durable no-op pulsar | durable no-op kafka | durable no-op kafka, each byte twice | magnetar | kfake |\n") {
+		t.Errorf("document lacks the steal table's note and head:\n%s", doc)
+	}
+	steal := regexp.MustCompile(`\| ([a-z0-9-]+) \|(( [0-9.]*)? \|){6}\n`)
+	loads := map[string]bool{}
+	for _, m := range steal.FindAllStringSubmatch(doc, -1) {
+		loads[m[1]] = true
+	}
+	for _, load := range []string{loadProduce4, loadProduce1, "kafka-consume", "kafka-publish-5000", "kafka-e2e-20000",
+		"pulsar-publish-5000", "pulsar-e2e-20000", loadPulsarBatch, loadTopics, loadPartitions} {
+		if !loads[load] {
+			t.Errorf("the steal table has no row for %s:\n%s", load, doc)
 		}
 	}
 	return doc
