@@ -4,7 +4,7 @@
 # writes, fsync latency, loopback TCP), Magnetar standalone (a child
 # process, fsync on) under Kafka and Pulsar loads, and franz-go's kfake
 # under the same Kafka loads; prints one table and writes it, with the
-# machine and the date, into docs/BENCHMARKS.md. About 15 minutes on 2 cores.
+# machine and the date, into docs/BENCHMARKS.md. About 20 minutes on 2 cores.
 #
 #   scripts/bench.sh                          # data in a temp dir, removed at the end
 #   BENCH_DIR=/mnt/disk scripts/bench.sh      # data under this dir (the disk measured)

@@ -11,20 +11,24 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 )
 
-// The publish latency loads in rounds: perf all's last phase.
+// The goals that compare Magnetar with a floor, in rounds: perf all's
+// last phase.
 //
 // A p99 of a 10 s load on a shared virtual machine moves by a factor of
 // two or more from one minute to the next (the host's steal, its disk's
-// flushes), and the loads of the earlier phases run minutes apart from
-// their floors: a goal of 2 ms then reads met or not by the minute it ran
-// in. In rounds, each publish latency load runs against Magnetar and
-// against its durable no-op broker back to back, the order swapped every
-// round, on processes started for the phase, and the goal is judged on
-// the median of the rounds' p99s beside the median of the floor's.
+// flushes), a throughput by a quarter, and the loads of the earlier
+// phases run minutes apart from their floors and from each other: a goal
+// then reads met or not by the minute it ran in. In rounds, each publish
+// latency load runs against Magnetar and against its durable no-op broker
+// back to back, the order swapped every round, and the batched Pulsar
+// produce against both right after Magnetar's 1-partition Kafka produce it
+// is compared with, all on processes started for the phase; the goals are
+// judged on the medians of the rounds.
 
-// roundSeries is one publish latency load's rounds: each round's p99 (ms)
-// and the host's CPU steal over it (a fraction; NaN where not measured),
-// against Magnetar and against the load's durable no-op broker.
+// roundSeries is one load's rounds: each round's figure (the p99 in ms of
+// a publish latency load, the MB/s of a produce) and the host's CPU steal
+// over it (a fraction; NaN where not measured), against Magnetar and
+// against the load's durable no-op broker (none for the Kafka produce).
 type roundSeries struct {
 	magnetar, floor           []float64
 	magnetarSteal, floorSteal []float64
@@ -49,24 +53,33 @@ func roundsLoads() []string {
 	for _, r := range benchRates {
 		loads = append(loads, loadAt("kafka-publish", r.rate), loadAt("pulsar-publish", r.rate))
 	}
-	return loads
+	return append(loads, loadProduce1, loadPulsarBatch)
 }
 
-// roundsParty is what a load in rounds runs against.
+// roundsUnit is what a load's figure in rounds is.
+func roundsUnit(load string) string {
+	if load == loadProduce1 || load == loadPulsarBatch {
+		return "MB/s"
+	}
+	return "p99 ms"
+}
+
+// roundsParty is a broker a load in rounds runs against: run runs the
+// load, figure reads its figure.
 type roundsParty struct {
 	name string
-	run  func(ctx context.Context, rate float64) (*pulsarResult, error)
+	run  func(ctx context.Context) (*pulsarResult, error)
 }
 
-// runRounds runs the publish latency loads in cfg.Rounds rounds against a
+// runRounds runs the loads of roundsLoads in cfg.Rounds rounds against a
 // fresh standalone and fresh durable no-op brokers, all started from exe
-// with their data under dir; the p99s go into res.rounds.
+// with their data under dir; the figures go into res.rounds.
 func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Writer, res *benchResults) (err error) {
 	n := b.cfg.Rounds
 	if n == 0 || ctx.Err() != nil {
 		return nil
 	}
-	fmt.Fprintf(b.out, "\n[rounds] the publish latency loads again in %d rounds: each against Magnetar and against its durable no-op broker back to back, the order swapped every round; a fresh standalone and fresh durable no-op brokers\n", n)
+	fmt.Fprintf(b.out, "\n[rounds] %d rounds: each publish latency load against Magnetar and against its durable no-op broker back to back, the order swapped every round; then Magnetar's Kafka produce on 1 partition, and the batched Pulsar produce against both; a fresh standalone and fresh durable no-op brokers\n", n)
 	sa, err := startStandaloneChild(ctx, exe, filepath.Join(dir, "rounds-standalone"), false, b.cfg.StandaloneArgs, logs)
 	if err != nil {
 		return err
@@ -106,61 +119,79 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 	}
 	defer noopClient.Close()
 
-	kafka := func(name, addr string) roundsParty {
-		return roundsParty{name, func(ctx context.Context, rate float64) (*pulsarResult, error) {
-			f, err := runKafkaLoads(ctx, b.out, name, []string{addr}, b.kafkaConfig(topic4p, 4, "latency", rate), b.log)
+	kafka := func(name, addr, topic string, partitions int, load string, rate float64) roundsParty {
+		return roundsParty{name, func(ctx context.Context) (*pulsarResult, error) {
+			f, err := runKafkaLoads(ctx, b.out, name, []string{addr}, b.kafkaConfig(topic, partitions, load, rate), b.log)
+			if load == "produce" {
+				return f.Produce, err
+			}
 			return f.Latency, err
 		}}
 	}
-	pulsarParty := func(name string, client pulsar.Client, prefix string) roundsParty {
-		return roundsParty{name, func(ctx context.Context, rate float64) (*pulsarResult, error) {
-			return b.pulsarProduce(ctx, client, prefix+loadAt("pulsar-publish", rate), false, rate)
+	pulsarParty := func(name string, client pulsar.Client, topic string, batching bool, rate float64) roundsParty {
+		return roundsParty{name, func(ctx context.Context) (*pulsarResult, error) {
+			return b.pulsarProduce(ctx, client, topic, batching, rate)
 		}}
 	}
-	parties := map[string][2]roundsParty{ // the floor, then Magnetar
-		"kafka":  {kafka("durable no-op kafka", floors["kafka"].ready.Addr), kafka("magnetar", sa.ready.Kafka)},
-		"pulsar": {pulsarParty("durable no-op pulsar", noopClient, "rounds-noop-"), pulsarParty("magnetar", saClient, "rounds-")},
+	// By load: its durable no-op broker (name "" for none), then Magnetar.
+	parties := map[string][2]roundsParty{
+		loadProduce1: {{}, kafka("magnetar", sa.ready.Kafka, topic1p, 1, "produce", 0)},
+		loadPulsarBatch: {pulsarParty("durable no-op pulsar", noopClient, "rounds-noop-"+loadPulsarBatch, true, 0),
+			pulsarParty("magnetar", saClient, "rounds-"+loadPulsarBatch, true, 0)},
+	}
+	for _, r := range benchRates {
+		k, p := loadAt("kafka-publish", r.rate), loadAt("pulsar-publish", r.rate)
+		parties[k] = [2]roundsParty{kafka("durable no-op kafka", floors["kafka"].ready.Addr, topic4p, 4, "latency", r.rate),
+			kafka("magnetar", sa.ready.Kafka, topic4p, 4, "latency", r.rate)}
+		parties[p] = [2]roundsParty{pulsarParty("durable no-op pulsar", noopClient, "rounds-noop-"+p, false, r.rate),
+			pulsarParty("magnetar", saClient, "rounds-"+p, false, r.rate)}
+	}
+	figure := func(load string, f *pulsarResult) float64 {
+		if roundsUnit(load) == "MB/s" {
+			return figMBps(f)
+		}
+		return ms(f.Latency.Quantile(0.99))
 	}
 	res.rounds = map[string]*roundSeries{}
 	for round := 1; round <= n; round++ {
-		for _, r := range benchRates {
-			for _, protocol := range []string{"kafka", "pulsar"} {
-				load := loadAt(protocol+"-publish", r.rate)
-				s := res.rounds[load]
-				if s == nil {
-					s = &roundSeries{}
-					res.rounds[load] = s
+		for _, load := range roundsLoads() {
+			s := res.rounds[load]
+			if s == nil {
+				s = &roundSeries{}
+				res.rounds[load] = s
+			}
+			order := parties[load]
+			if round%2 == 0 {
+				order[0], order[1] = order[1], order[0]
+			}
+			for _, p := range order {
+				if p.name == "" {
+					continue
 				}
-				order := parties[protocol]
-				if round%2 == 0 {
-					order[0], order[1] = order[1], order[0]
+				fmt.Fprintf(b.out, "\n[round %d/%d, %s] %s\n", round, n, p.name, load)
+				before, measured := readHostCPU()
+				f, err := p.run(ctx)
+				if ctx.Err() != nil {
+					return nil
 				}
-				for _, p := range order {
-					fmt.Fprintf(b.out, "\n[round %d/%d, %s] %s\n", round, n, p.name, load)
-					before, measured := readHostCPU()
-					f, err := p.run(ctx, r.rate)
-					if ctx.Err() != nil {
-						return nil
+				if err == nil && f == nil {
+					err = fmt.Errorf("no figures")
+				}
+				if err != nil {
+					return fmt.Errorf("round %d: %s: %s: %w", round, p.name, load, err)
+				}
+				steal := math.NaN()
+				if after, ok := readHostCPU(); measured && ok {
+					if frac, ok := after.stealSince(before); ok {
+						steal = frac
+						fmt.Fprintf(b.out, "the host's CPU steal during the load: %.1f %%\n", 100*frac)
 					}
-					if err == nil && f == nil {
-						err = fmt.Errorf("no figures")
-					}
-					if err != nil {
-						return fmt.Errorf("round %d: %s: %s: %w", round, p.name, load, err)
-					}
-					steal := math.NaN()
-					if after, ok := readHostCPU(); measured && ok {
-						if frac, ok := after.stealSince(before); ok {
-							steal = frac
-							fmt.Fprintf(b.out, "the host's CPU steal during the load: %.1f %%\n", 100*frac)
-						}
-					}
-					p99 := ms(f.Latency.Quantile(0.99))
-					if p.name == "magnetar" {
-						s.magnetar, s.magnetarSteal = append(s.magnetar, p99), append(s.magnetarSteal, steal)
-					} else {
-						s.floor, s.floorSteal = append(s.floor, p99), append(s.floorSteal, steal)
-					}
+				}
+				v := figure(load, f)
+				if p.name == "magnetar" {
+					s.magnetar, s.magnetarSteal = append(s.magnetar, v), append(s.magnetarSteal, steal)
+				} else {
+					s.floor, s.floorSteal = append(s.floor, v), append(s.floorSteal, steal)
 				}
 			}
 		}
@@ -168,46 +199,51 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 	return nil
 }
 
-// roundsTable lists every round of every load: the p99s and the steal of
-// Magnetar and of the floor; nil if no rounds ran.
+// roundsTable lists every round of every load: the figures and the steal
+// of Magnetar and of the floor; nil if no rounds ran.
 func roundsTable(res *benchResults) *table {
 	if len(res.rounds) == 0 {
 		return nil
 	}
-	t := &table{head: []string{"load", "round", "magnetar p99 ms", "durable no-op p99 ms", "magnetar ÷ durable no-op", "steal % (magnetar)", "steal % (durable no-op)"}}
-	pct := func(f float64) string {
-		if math.IsNaN(f) {
+	t := &table{head: []string{"load", "round", "figure", "magnetar", "durable no-op", "magnetar ÷ durable no-op", "steal % (magnetar)", "steal % (durable no-op)"}}
+	pct := func(v []float64, i int) string {
+		if i >= len(v) || math.IsNaN(v[i]) {
 			return "-"
 		}
-		return fmt.Sprintf("%.1f", 100*f)
+		return fmt.Sprintf("%.1f", 100*v[i])
 	}
 	for _, load := range roundsLoads() {
 		s := res.rounds[load]
 		if s == nil {
 			continue
 		}
-		for i := range min(len(s.magnetar), len(s.floor)) {
-			t.rows = append(t.rows, []string{load, fmt.Sprint(i + 1), fmt.Sprintf("%.3f", s.magnetar[i]), fmt.Sprintf("%.3f", s.floor[i]),
-				fmt.Sprintf("%.2f", ratio(s.magnetar[i], s.floor[i])), pct(s.magnetarSteal[i]), pct(s.floorSteal[i])})
+		format := "%.3f"
+		if roundsUnit(load) == "MB/s" {
+			format = "%.2f"
+		}
+		for i := range s.magnetar {
+			floor, vs := "-", "-"
+			if i < len(s.floor) {
+				floor, vs = fmt.Sprintf(format, s.floor[i]), fmt.Sprintf("%.2f", ratio(s.magnetar[i], s.floor[i]))
+			}
+			t.rows = append(t.rows, []string{load, fmt.Sprint(i + 1), roundsUnit(load), fmt.Sprintf(format, s.magnetar[i]), floor, vs,
+				pct(s.magnetarSteal, i), pct(s.floorSteal, i)})
 		}
 	}
 	return t
 }
 
 // roundsNote says what the rounds table is.
-const roundsNote = `The publish latency loads in rounds: after the other loads, each publish latency load again against a fresh standalone and against its durable no-op broker (fresh too), back to back, the order swapped every round (the floor first in odd rounds), the host's CPU steal over each; the "median of the rounds" rows above are these, and the publish p99 goals are judged on them`
+const roundsNote = `The goals against a floor, in rounds: after the other loads, on a fresh standalone and fresh durable no-op brokers, each publish latency load against Magnetar and against its durable no-op broker back to back, then Magnetar's Kafka produce on 1 partition and the batched Pulsar produce against both, the order swapped every round (the floor first in odd rounds), the host's CPU steal over each; the "median of the rounds" rows above are these, and the publish p99 goals and the batched produce's are judged on them`
 
-// roundsMagnetar is the median of Magnetar's p99s over the rounds of load.
-func roundsMagnetar(load string) func(*benchResults) (float64, bool) {
-	return func(res *benchResults) (float64, bool) {
-		s := res.rounds[load]
-		if s == nil || len(s.magnetar) == 0 {
-			return 0, false
-		}
-		return median(s.magnetar), true
-	}
-}
-
-// roundsFloorLimit names the median of the floor's p99s over the rounds
-// of load in benchLimits.
+// roundsFloorLimit names, in benchLimits, the median of the floor's
+// figures over the rounds of load.
 func roundsFloorLimit(load string) string { return "rounds-floor-" + load }
+
+// roundsFloorName is what benchLimits calls the limit roundsFloorLimit(load).
+func roundsFloorName(load string) string {
+	if load == loadPulsarBatch {
+		return "the durable no-op broker's median batched produce over the rounds"
+	}
+	return "the durable no-op broker's median p99 over the rounds"
+}
