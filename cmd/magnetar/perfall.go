@@ -59,6 +59,11 @@ var perfAllSettings = []setting{
 const (
 	benchMessageSize = 1024
 	benchMaxPending  = 10_000 // records or messages unacknowledged at most
+	// benchBatchMaxSize closes a batched Pulsar produce's batch at 4 MiB
+	// as pulsar-perf does (pulsar-client-go's own default is 128 KiB), so
+	// 1,000 messages of 1 KiB (BatchingMaxMessages) make a batch, about
+	// the megabyte franz-go's batches reach on the Kafka path.
+	benchBatchMaxSize = 4 << 20
 	// benchCreateParallel producers are created at once in the many-topics load.
 	benchCreateParallel = 16
 	e2eDrainTimeout     = 10 * time.Second // benchRun.drain
@@ -134,7 +139,8 @@ func newPerfAllCommand(a *app) *cobra.Command {
      linger; end to end at the same rates: each record carries its send
      time, and a consumer tailing the topic times its receipt.
      Pulsar (pulsar-client-go): publish latency at 5,000 and 20,000 msg/s,
-     batching off; end to end at the same rates; produce with batching,
+     batching off; end to end at the same rates; produce with batching
+     (up to 1,000 messages or 4 MiB in 1 ms, as pulsar-perf batches),
      closed loop, with the client's and the standalone's CPU per MB;
      perf-all-topics topics with one producer each, publishing
      perf-all-topics-rate msg/s in all (and how long creating the producers
@@ -1387,6 +1393,7 @@ func (b *benchRun) pulsarProduce(ctx context.Context, client pulsar.Client, topi
 		MaxPendingMessages:      benchMaxPending,
 		DisableBatching:         !batching,
 		BatchingMaxMessages:     1000,
+		BatchingMaxSize:         benchBatchMaxSize,
 		BatchingMaxPublishDelay: time.Millisecond,
 	})
 	if err != nil {
@@ -2565,7 +2572,8 @@ closed loop, consume reads the 4-partition topic from the start (cold, then
 warm), publish latency is an open loop at the rate with no linger (timed
 from when each record was due), end to end is from the send time carried in
 the record to its receipt by a consumer tailing the topic. Pulsar loads:
-pulsar-client-go, batching off except "batching". Last, "partitions open":
+pulsar-client-go, batching off except "batching" (up to 1,000 messages or 4 MiB
+in 1 ms, as pulsar-perf batches). Last, "partitions open":
 one Kafka topic with that many partitions, one record produced to each and
 one offset committed on each for one group (a durable subscription), all
 counted loaded by the broker's metrics; the standalone's RSS (VmRSS) 2 s

@@ -44,6 +44,7 @@ var perfProduceSettings = slices.Concat(perfPulsarSettings, []setting{
 	{"perf-producers", "1", "count", "producers per topic"},
 	{"perf-batching", "true", "bool", "let the client batch messages"},
 	{"perf-batch-max-messages", "1000", "count", "most messages in a batch"},
+	{"perf-batch-max-size", "4194304", "bytes", "most payload bytes in a batch (pulsar-perf's default; pulsar-client-go's own is 131072)"},
 	{"perf-batch-max-delay", "1ms", "duration", "longest a message waits for its batch to fill"},
 	{"perf-compression", "none", "codec", "batch compression: none, lz4, zlib or zstd"},
 })
@@ -155,6 +156,7 @@ type perfProduceConfig struct {
 	Producers        int // per topic
 	Batching         bool
 	BatchMaxMessages int
+	BatchMaxSize     int // bytes
 	BatchMaxDelay    time.Duration
 	Compression      string
 }
@@ -184,6 +186,10 @@ var subscriptionPositions = map[string]pulsar.SubscriptionInitialPosition{
 // maxPerfMessageSize is Pulsar's default maxMessageSize (5 MiB); a
 // broker refuses larger messages unless configured otherwise.
 const maxPerfMessageSize = 5 << 20
+
+// maxPerfBatchSize: a batch is one message to the broker, so it too stays
+// within maxPerfMessageSize.
+const maxPerfBatchSize = maxPerfMessageSize
 
 func resolvePerfPulsar(sv *settingValues, list []setting) (perfPulsarConfig, error) {
 	var cfg perfPulsarConfig
@@ -240,6 +246,7 @@ func resolvePerfProduce(sv *settingValues) (perfProduceConfig, error) {
 		{"perf-message-size", maxPerfMessageSize, &cfg.MessageSize},
 		{"perf-producers", 1000, &cfg.Producers},
 		{"perf-batch-max-messages", 1_000_000, &cfg.BatchMaxMessages},
+		{"perf-batch-max-size", maxPerfBatchSize, &cfg.BatchMaxSize},
 	} {
 		if *c.dst, err = check(sv, s(c.name), parseCount(c.limit)); err != nil {
 			return cfg, err
@@ -351,7 +358,7 @@ func (cfg perfProduceConfig) describe() string {
 	}
 	batching := "batching off"
 	if cfg.Batching {
-		batching = fmt.Sprintf("batching up to %d messages or %s", cfg.BatchMaxMessages, cfg.BatchMaxDelay)
+		batching = fmt.Sprintf("batching up to %d messages, %d bytes or %s", cfg.BatchMaxMessages, cfg.BatchMaxSize, cfg.BatchMaxDelay)
 	}
 	return fmt.Sprintf("%s; %d producer(s) per topic, %d-byte messages, %s, %s, compression %s",
 		cfg.perfPulsarConfig.describe(), cfg.Producers, cfg.MessageSize, mode, batching, cfg.Compression)
@@ -503,6 +510,7 @@ func (a *app) perfProduce(cfg perfProduceConfig) error {
 				MaxPendingMessages:      cfg.MaxPending,
 				DisableBatching:         !cfg.Batching,
 				BatchingMaxMessages:     uint(cfg.BatchMaxMessages),
+				BatchingMaxSize:         uint(cfg.BatchMaxSize),
 				BatchingMaxPublishDelay: cfg.BatchMaxDelay,
 				CompressionType:         compressionTypes[cfg.Compression],
 			})

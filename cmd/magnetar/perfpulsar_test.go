@@ -51,7 +51,7 @@ func TestResolvePerfProduce(t *testing.T) {
 			Warmup:     time.Second,
 		},
 		MaxPending: 1000, MessageSize: 1024, Producers: 1, Batching: true,
-		BatchMaxMessages: 1000, BatchMaxDelay: time.Millisecond, Compression: "none",
+		BatchMaxMessages: 1000, BatchMaxSize: 4 << 20, BatchMaxDelay: time.Millisecond, Compression: "none",
 	}
 	if !equalProduceConfig(cfg, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", cfg, want)
@@ -61,7 +61,8 @@ func TestResolvePerfProduce(t *testing.T) {
 	cfg, err = resolveWith(t, perfProduceSettings, resolvePerfProduce,
 		"--perf-service-url", "pulsar://broker:6651", "--perf-topic", "t1/ns1/load", "--perf-topics", "3",
 		"--perf-partitions", "4", "--perf-duration", "0", "--perf-warmup", "0", "--perf-compression", "ZSTD",
-		"--perf-batching=false", "--perf-max-pending", "5000", "--perf-message-size", "100", "--perf-producers", "2")
+		"--perf-batching=false", "--perf-max-pending", "5000", "--perf-message-size", "100", "--perf-producers", "2",
+		"--perf-batch-max-size", "65536")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestResolvePerfProduce(t *testing.T) {
 			Partitions: 4,
 		},
 		Rate: 20000, MaxPending: 5000, MessageSize: 100, Producers: 2, Batching: false,
-		BatchMaxMessages: 1000, BatchMaxDelay: time.Millisecond, Compression: "zstd",
+		BatchMaxMessages: 1000, BatchMaxSize: 65536, BatchMaxDelay: time.Millisecond, Compression: "zstd",
 	}
 	if !equalProduceConfig(cfg, want) {
 		t.Errorf("flags:\n got %+v\nwant %+v", cfg, want)
@@ -123,6 +124,8 @@ func TestPerfPulsarUsageErrors(t *testing.T) {
 		{[]string{"produce"}, map[string]string{"MAGNETAR_PERF_BATCHING": "maybe"}, `invalid perf-batching "maybe" (from environment MAGNETAR_PERF_BATCHING): want true or false`},
 		{[]string{"produce", "--perf-batch-max-delay", "0"}, nil, `invalid perf-batch-max-delay "0" (from flag --perf-batch-max-delay): must be positive`},
 		{[]string{"produce", "--perf-batch-max-messages", "0"}, nil, `invalid perf-batch-max-messages "0"`},
+		{[]string{"produce", "--perf-batch-max-size", "0"}, nil, `invalid perf-batch-max-size "0"`},
+		{[]string{"produce", "--perf-batch-max-size", "5242881"}, nil, `invalid perf-batch-max-size "5242881"`},
 		{[]string{"produce", "--perf-service-url", "http://127.0.0.1:8080"}, nil, `invalid perf-service-url "http://127.0.0.1:8080" (from flag --perf-service-url): want pulsar://host:port`},
 		{[]string{"produce", "--perf-service-url", "pulsar://"}, nil, `invalid perf-service-url "pulsar://"`},
 		{[]string{"produce", "--perf-topic", "a/b"}, nil, `invalid perf-topic "a/b" (from flag --perf-topic): invalid topic name`},
