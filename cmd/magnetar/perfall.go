@@ -673,16 +673,7 @@ func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io
 	if err != nil {
 		return err
 	}
-	defer func() {
-		early := sa.hasExited()
-		stopErr := sa.stop()
-		switch {
-		case err != nil && early:
-			err = fmt.Errorf("%w\n%s", err, sa.describeExit())
-		case err == nil && ctx.Err() == nil: // on a signal, the terminal's may have reached it too
-			err = stopErr
-		}
-	}()
+	defer stopStandalone(ctx, sa, &err)
 	fmt.Fprintf(b.out, "standalone ready: kafka %s, pulsar %s, http %s (data in %s)\n", sa.ready.Kafka, sa.ready.Pulsar, sa.ready.HTTP, dataDir)
 	var prof *profiler
 	if b.cfg.ProfileDir != "" {
@@ -960,6 +951,21 @@ func startDurableNoop(ctx context.Context, exe, name, protocol string, twice boo
 	return startChild(ctx, exe, []string{"perf", "noop-broker", "--perf-noop-protocol", protocol, "--perf-noop-store-dir", dir,
 		"--perf-noop-entry-log=" + strconv.FormatBool(twice),
 		"--log-format", "json", "--log-level", "info"}, name, "magnetar perf noop-broker ready", logs)
+}
+
+// stopStandalone stops sa at the end of a phase whose error is *err: an
+// error gets the child's exit described if it had exited by then; a
+// phase without one (and not ended by a signal, which may have reached
+// the child from the terminal too) gets the stop's failure.
+func stopStandalone(ctx context.Context, sa *standaloneChild, err *error) {
+	early := sa.hasExited()
+	stopErr := sa.stop()
+	switch {
+	case *err != nil && early:
+		*err = fmt.Errorf("%w\n%s", *err, sa.describeExit())
+	case *err == nil && ctx.Err() == nil:
+		*err = stopErr
+	}
 }
 
 // standaloneReady is what perf all reads of a child's ready line: the

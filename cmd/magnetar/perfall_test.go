@@ -447,13 +447,6 @@ func TestPerfAllBounds(t *testing.T) {
 // own p99 with a no-op broker, without and with its store), and is
 // compared with the durable appends.
 func TestPerfAllLatencyBound(t *testing.T) {
-	hist := func(d time.Duration) latencyHist {
-		var h latencyHist
-		for range 100 {
-			h.Record(d)
-		}
-		return h
-	}
 	magnetar := benchFigures{
 		loadAt("kafka-publish", 5000):  {Messages: 100, Latency: hist(3 * time.Millisecond)},
 		loadAt("pulsar-publish", 5000): {Messages: 100, Latency: hist(1500 * time.Microsecond)},
@@ -828,17 +821,19 @@ w_bucket{role="a",le="0.5",file="f"} 2
 	}
 }
 
-// TestPerfAllRounds checks that with rounds the publish p99 goals are
-// judged on the medians of the rounds, beside the durable no-op broker's
-// median, and no longer on the single runs.
-func TestPerfAllRounds(t *testing.T) {
-	hist := func(d time.Duration) latencyHist {
-		var h latencyHist
-		for range 100 {
-			h.Record(d)
-		}
-		return h
+// hist is a latency histogram of 100 latencies of d.
+func hist(d time.Duration) latencyHist {
+	var h latencyHist
+	for range 100 {
+		h.Record(d)
 	}
+	return h
+}
+
+// TestPerfAllRounds checks that with rounds the publish p99 goals and the
+// batched produce's are judged on the medians of the rounds, beside the
+// durable no-op broker's medians, and no longer on the single runs.
+func TestPerfAllRounds(t *testing.T) {
 	res := &benchResults{kfake: benchFigures{},
 		magnetar: benchFigures{loadAt("kafka-publish", 5000): {Messages: 100, Latency: hist(9 * time.Millisecond)}},
 		appends:  map[float64]*durableAppends{5000: {Latency: hist(8 * time.Millisecond)}},

@@ -84,16 +84,7 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 	if err != nil {
 		return err
 	}
-	defer func() {
-		early := sa.hasExited()
-		stopErr := sa.stop()
-		switch {
-		case err != nil && early:
-			err = fmt.Errorf("%w\n%s", err, sa.describeExit())
-		case err == nil && ctx.Err() == nil:
-			err = stopErr
-		}
-	}()
+	defer stopStandalone(ctx, sa, &err)
 	floors := map[string]*standaloneChild{}
 	for _, protocol := range []string{"kafka", "pulsar"} {
 		name := "durable no-op " + protocol
