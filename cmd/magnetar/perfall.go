@@ -291,7 +291,7 @@ func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
 }
 
 func (cfg perfAllConfig) describe() string {
-	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all, %d partitions open, %d rounds of the publish latency loads",
+	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all, %d partitions open, %d rounds of the loads with a floor",
 		cfg.Duration, cfg.Warmup, benchMessageSize, cfg.LimitsDuration, cfg.Topics, cfg.TopicsRate, cfg.Partitions, cfg.Rounds)
 }
 
@@ -350,7 +350,7 @@ type benchResults struct {
 	// (noopEntryLog).
 	noopKafkaTwice benchFigures
 	partitions     *partitionsResult // nil if not measured
-	// rounds holds, by publish latency load, its rounds (runRounds).
+	// rounds holds, by load (roundsLoads), its rounds (runRounds).
 	rounds map[string]*roundSeries
 	// broker holds, by latency load, the standalone's own latency
 	// histograms over the load (scraped from /metrics before and after).
@@ -499,6 +499,23 @@ func (s *stealLog) table() *table {
 	return t
 }
 
+// stealDuring runs load and returns the fraction of the machine's CPU
+// time stolen meanwhile, printed on b.out; false where the system does
+// not say.
+func (b *benchRun) stealDuring(load func()) (float64, bool) {
+	before, measured := readHostCPU()
+	load()
+	after, ok := readHostCPU()
+	if !measured || !ok {
+		return 0, false
+	}
+	f, ok := after.stealSince(before)
+	if ok {
+		fmt.Fprintf(b.out, "the host's CPU steal during the load: %.1f %%\n", 100*f)
+	}
+	return f, ok
+}
+
 // stealNote says what the steal table is.
 const stealNote = `The host's CPU steal during each load: the share of the machine's CPU time (all CPUs, /proc/stat's "cpu" line, the warm-up and the profiles taken around the load included) that the hypervisor gave to others while this machine's CPUs wanted to run; a load against a broker (a column: Magnetar, kfake, the no-op brokers) and its floors are only comparable when their steal is alike; blank: not run`
 
@@ -516,13 +533,12 @@ func (b *benchRun) runSteps(ctx context.Context, target string, steps []benchSte
 			return nil
 		}
 		fmt.Fprintf(b.out, "\n[%s %d/%d] %s\n", target, i+1, len(steps), st.name)
-		before, measured := readHostCPU()
-		err := prof.around(ctx, st.name, b.cfg.Duration+time.Second, func() error { return st.run(ctx) })
-		if after, ok := readHostCPU(); measured && ok && b.steal != nil {
-			if f, ok := after.stealSince(before); ok {
-				b.steal.record(target, st.name, f)
-				fmt.Fprintf(b.out, "the host's CPU steal during the load: %.1f %%\n", 100*f)
-			}
+		var err error
+		f, ok := b.stealDuring(func() {
+			err = prof.around(ctx, st.name, b.cfg.Duration+time.Second, func() error { return st.run(ctx) })
+		})
+		if ok && b.steal != nil {
+			b.steal.record(target, st.name, f)
 		}
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("%s: %s: %w", target, st.name, err)
@@ -2319,22 +2335,21 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 			}
 			return nil
 		})
+	limits := benchLimits(res)
 	if cfg.Rounds > 0 {
+		floorRow := func(measure, load, format string) {
+			cell := "-"
+			if l, ok := limits[roundsFloorLimit(load)]; ok {
+				cell = fmt.Sprintf(format, l.value)
+			}
+			t.rows = append(t.rows, []string{fmt.Sprintf("limit: %s, median of %d rounds", measure, cfg.Rounds), cell, "", "", "", "", ""})
+		}
 		for _, r := range benchRates {
 			for _, p := range []struct{ what, kind string }{{"Kafka publish", "kafka-publish"}, {"Pulsar publish", "pulsar-publish"}} {
-				cell := "-"
-				if s := res.rounds[loadAt(p.kind, r.rate)]; s != nil && len(s.floor) > 0 {
-					cell = fmt.Sprintf("%.3f", median(s.floor))
-				}
-				t.rows = append(t.rows, []string{fmt.Sprintf("limit: %s at %s/s to a durable no-op broker, p99 ms, median of %d rounds", p.what, thousands(int64(r.rate)), cfg.Rounds),
-					cell, "", "", "", "", ""})
+				floorRow(fmt.Sprintf("%s at %s/s to a durable no-op broker, p99 ms", p.what, thousands(int64(r.rate))), loadAt(p.kind, r.rate), "%.3f")
 			}
 		}
-		cell := "-"
-		if s := res.rounds[loadPulsarBatch]; s != nil && len(s.floor) > 0 {
-			cell = fmt.Sprintf("%.2f", median(s.floor))
-		}
-		t.rows = append(t.rows, []string{fmt.Sprintf("limit: Pulsar produce, batching, to a durable no-op broker, MB/s, median of %d rounds", cfg.Rounds), cell, "", "", "", "", ""})
+		floorRow("Pulsar produce, batching, to a durable no-op broker, MB/s", loadPulsarBatch, "%.2f")
 	}
 	for _, p := range []struct {
 		what string
@@ -2377,7 +2392,6 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 	valueRow("loopback TCP, MB/s", res.loopback, "%.2f")
 	valueRow("loopback TCP, the sender's CPU per MB, ms", res.loopbackSendCPU, "%.3f")
 
-	limits := benchLimits(res)
 	for _, row := range benchRows(cfg) {
 		cells := []string{row.measure, "-", "", "", "", "", ""}
 		m, mok := res.magnetarFigure(row)

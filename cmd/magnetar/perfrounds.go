@@ -64,8 +64,8 @@ func roundsUnit(load string) string {
 	return "p99 ms"
 }
 
-// roundsParty is a broker a load in rounds runs against: run runs the
-// load, figure reads its figure.
+// roundsParty is a broker a load in rounds runs against, and run runs the
+// load against it.
 type roundsParty struct {
 	name string
 	run  func(ctx context.Context) (*pulsarResult, error)
@@ -160,23 +160,20 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 					continue
 				}
 				fmt.Fprintf(b.out, "\n[round %d/%d, %s] %s\n", round, n, p.name, load)
-				before, measured := readHostCPU()
-				f, err := p.run(ctx)
+				var f *pulsarResult
+				var runErr error
+				steal, measured := b.stealDuring(func() { f, runErr = p.run(ctx) })
+				if !measured {
+					steal = math.NaN()
+				}
 				if ctx.Err() != nil {
 					return nil
 				}
-				if err == nil && f == nil {
-					err = fmt.Errorf("no figures")
+				if runErr == nil && f == nil {
+					runErr = fmt.Errorf("no figures")
 				}
-				if err != nil {
-					return fmt.Errorf("round %d: %s: %s: %w", round, p.name, load, err)
-				}
-				steal := math.NaN()
-				if after, ok := readHostCPU(); measured && ok {
-					if frac, ok := after.stealSince(before); ok {
-						steal = frac
-						fmt.Fprintf(b.out, "the host's CPU steal during the load: %.1f %%\n", 100*frac)
-					}
+				if runErr != nil {
+					return fmt.Errorf("round %d: %s: %s: %w", round, p.name, load, runErr)
 				}
 				v := figure(load, f)
 				if p.name == "magnetar" {
