@@ -334,11 +334,15 @@ func TestOnSync(t *testing.T) {
 		records.Add(int64(n))
 	}}
 	j, _ := openT(t, opts, Position{})
-	defer j.Close()
 	for i := range 10 {
 		if r := appendWait(t, j, 1, testBody(0, i, 10)); r.Err != nil {
 			t.Fatal(r.Err)
 		}
+	}
+	// OnSync runs after a group's callbacks; Close waits for the syncer,
+	// so every call has been made once it returns.
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
 	}
 	if calls.Load() < 1 || records.Load() != 10 || calls.Load() != j.syncs.Load() {
 		t.Fatalf("OnSync: %d calls, %d records; want 10 records in %d syncs", calls.Load(), records.Load(), j.syncs.Load())
