@@ -51,7 +51,9 @@ func (l *queueingLocal) Call(op wire.Op, _ uint16, body []byte, done func(wire.S
 
 // A writer sends adds holding its lock, and answers take that lock: if an
 // in-process bookie's answer ran the callback where it is given, a sender
-// waiting in Call for room that only the answer frees would deadlock.
+// waiting in Call for room that only the answer frees would deadlock. The
+// caller here appends under a lock of its own that its done callbacks
+// take, as the managed ledger does.
 func TestLocalAnswersDoNotRunOnTheBookie(t *testing.T) {
 	ctx := testCtx(t)
 	cl := newCluster(t, 0)
@@ -77,7 +79,20 @@ func TestLocalAnswersDoNotRunOnTheBookie(t *testing.T) {
 	// Appended from a goroutine of their own: a deadlocked sender must
 	// not stop the test from failing.
 	resultsCh := make(chan (<-chan result), 1)
-	go func() { resultsCh <- appendAll(w, "q", 0, n) }()
+	go func() {
+		var callerMu sync.Mutex
+		out := make(chan result, n)
+		for i := range n {
+			callerMu.Lock()
+			w.Append(payload("q", i), func(id int64, err error) {
+				callerMu.Lock()
+				out <- result{id, err}
+				callerMu.Unlock()
+			})
+			callerMu.Unlock()
+		}
+		resultsCh <- out
+	}()
 	var results <-chan result
 	select {
 	case results = <-resultsCh:

@@ -47,13 +47,15 @@ type Writer struct {
 	closing  bool     // Close started: adds are refused with ErrClosed
 	drained  chan struct{}
 
-	// Completions are handed, in order, to a goroutine of the writer's own
-	// that runs the done callbacks one at a time. It lives until the writer
-	// is finished; after that, one is started whenever a completion comes.
-	ready       []completion
-	wake        chan struct{}
-	delivering  bool // the delivery goroutine is running
-	stopDeliver bool // it may exit once ready is empty
+	// Completions are queued in order and run one at a time, without mu,
+	// by whichever goroutine finds none running: the one that answered the
+	// add (a bookie connection's reader, a local conn's answering
+	// goroutine, the timeout sweeper), or a goroutine started for the
+	// completions queued inside Append and Close, which must not run their
+	// callers' callbacks (deliverLocked, deliverLaterLocked).
+	ready      []completion
+	spare      []completion // the delivery's other slice, kept for reuse
+	delivering bool         // a goroutine is running the ready callbacks
 }
 
 // completion is one done callback to run, or a barrier to close.
@@ -68,9 +70,8 @@ func newWriter(c *Client, id int64, cur versioned) *Writer {
 	w := &Writer{c: c, id: id, log: c.log.With("ledger", id),
 		e: cur.md.EnsembleSize, qw: cur.md.WriteQuorum, qa: cur.md.AckQuorum,
 		cur: cur, ensemble: slices.Clone(cur.md.last().Bookies),
-		lac: -1, wake: make(chan struct{}, 1), delivering: true}
+		lac: -1}
 	w.life, w.cancel = context.WithCancel(context.Background())
-	go w.deliverLoop()
 	return w
 }
 
@@ -98,8 +99,9 @@ func (w *Writer) Metadata() LedgerMetadata {
 // client recovered the ledger, ErrClosed after Close, ErrNotEnoughBookies
 // when a failed bookie has no replacement, … After an error the writer is
 // broken and later appends fail (except an oversized payload, refused
-// without consequence). done runs on the writer's delivery goroutine and
-// must not call AppendSync or Close.
+// without consequence). done runs on the goroutine that received the
+// add's last needed answer (never inside Append); it must not block, nor
+// call AppendSync or Close.
 func (w *Writer) Append(payload []byte, done func(entryID int64, err error)) {
 	w.add(len(payload), func(h entry.Header) []byte {
 		return entry.Encode(make([]byte, 0, entry.HeaderSize+len(payload)), h, payload)
@@ -124,6 +126,9 @@ func (w *Writer) AppendReserved(buf []byte, done func(entryID int64, err error))
 func (w *Writer) add(size int, encode func(entry.Header) []byte, done func(entryID int64, err error)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// A refusal, or a failure to send, is completed on a goroutine of its
+	// own: the caller may hold a lock its done callback takes.
+	defer w.deliverLaterLocked()
 	if err := w.refuseLocked(); err != nil {
 		w.pushLocked(completion{done: done, id: -1, err: err})
 		return
@@ -190,6 +195,7 @@ func (w *Writer) Close(ctx context.Context) error {
 	broken, cur, lac, length := w.err, w.cur, w.lac, w.lacLen
 	barrier := make(chan struct{})
 	w.pushLocked(completion{barrier: barrier})
+	w.deliverLaterLocked()
 	w.mu.Unlock()
 	select {
 	case <-barrier: // every done callback has run
@@ -233,17 +239,13 @@ func (w *Writer) Close(ctx context.Context) error {
 func (w *Writer) abort(err error) {
 	w.mu.Lock()
 	w.failLocked(err)
+	w.deliverLaterLocked()
 	w.mu.Unlock()
 	w.finish()
 }
 
-// finish stops the delivery goroutine once it has run every callback
-// queued, and ends the writer's life.
+// finish ends the writer's life.
 func (w *Writer) finish() {
-	w.mu.Lock()
-	w.stopDeliver = true
-	w.signalLocked()
-	w.mu.Unlock()
 	w.cancel()
 	w.c.forget(w)
 }
@@ -277,9 +279,11 @@ func (w *Writer) sendLocked(p *pendingAdd, i int) {
 	}
 }
 
+// onAddResponse takes a bookie's answer to entry id, and runs the
+// callbacks it completes (deliverLocked).
 func (w *Writer) onAddResponse(id int64, addr string, r response) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	defer w.deliverLocked()
 	if w.err != nil {
 		return
 	}
@@ -370,7 +374,7 @@ func (w *Writer) changeEnsemble() {
 		if w.err != nil || len(w.failed) == 0 {
 			w.changing = false
 			w.completeLocked()
-			w.mu.Unlock()
+			w.deliverLocked()
 			return
 		}
 		failed := slices.Clone(w.failed)
@@ -384,7 +388,7 @@ func (w *Writer) changeEnsemble() {
 		if err != nil {
 			w.changing = false
 			w.failLocked(err)
-			w.mu.Unlock()
+			w.deliverLocked()
 			return
 		}
 		w.cur = next
@@ -401,7 +405,7 @@ func (w *Writer) changeEnsemble() {
 				}
 			}
 		}
-		w.mu.Unlock()
+		w.deliverLocked() // a send refused by a closed client fails the writer
 	}
 }
 
@@ -434,39 +438,40 @@ func (w *Writer) replace(cur versioned, ensemble, failed []string, first int64) 
 
 func (w *Writer) pushLocked(c completion) {
 	w.ready = append(w.ready, c)
-	if !w.delivering {
-		w.delivering = true
-		go w.deliverLoop()
+}
+
+// deliverLocked, called with w.mu held, runs the ready callbacks, in order
+// and without the lock, until none is left, unless another goroutine is
+// running them (it runs these too). It returns with w.mu released.
+func (w *Writer) deliverLocked() {
+	if w.delivering || len(w.ready) == 0 {
+		w.mu.Unlock()
 		return
 	}
-	w.signalLocked()
+	w.delivering = true
+	w.runReadyLocked()
 }
 
-func (w *Writer) signalLocked() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
+// deliverLaterLocked has a goroutine of its own run the ready callbacks,
+// unless one is running them already.
+func (w *Writer) deliverLaterLocked() {
+	if w.delivering || len(w.ready) == 0 {
+		return
 	}
+	w.delivering = true
+	go func() {
+		w.mu.Lock()
+		w.runReadyLocked()
+	}()
 }
 
-// deliverLoop runs done callbacks in the order they were queued.
-func (w *Writer) deliverLoop() {
-	var batch []completion
-	for {
-		w.mu.Lock()
+// runReadyLocked is the delivery itself: called with w.mu held and
+// w.delivering set, it returns with w.mu released and w.delivering clear.
+func (w *Writer) runReadyLocked() {
+	batch := w.spare
+	for len(w.ready) > 0 {
 		batch, w.ready = w.ready, batch[:0]
-		stop := w.stopDeliver && len(batch) == 0
-		if stop {
-			w.delivering = false
-		}
 		w.mu.Unlock()
-		if stop {
-			return
-		}
-		if len(batch) == 0 {
-			<-w.wake
-			continue
-		}
 		for i, c := range batch {
 			switch {
 			case c.barrier != nil:
@@ -476,5 +481,9 @@ func (w *Writer) deliverLoop() {
 			}
 			batch[i] = completion{}
 		}
+		w.mu.Lock()
 	}
+	w.spare = batch[:0]
+	w.delivering = false
+	w.mu.Unlock()
 }
