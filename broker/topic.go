@@ -360,6 +360,10 @@ type PublishRequest struct {
 	// of it: the entry is stored in place (ledger.AppendInPlace), and
 	// Framed is the topic's from then on.
 	Framed []byte
+	// FramedTail is what the caller knows of Framed's checksum: a Pulsar
+	// SEND's verified CRC-32C of its metadata and payload, which the
+	// stored entry's checksum is combined from (ledger.TailCRC).
+	FramedTail ledger.TailCRC
 }
 
 // PublishResult is the outcome of a publish.
@@ -428,7 +432,7 @@ func (p *Producer) Publish(req PublishRequest, done func(PublishResult)) {
 		done(PublishResult{ID: MessageID{Position: pos, BatchIndex: -1, Partition: partition}, Offset: offset})
 	}
 	if req.Framed != nil {
-		t.ml.AppendInPlace(req.Framed, ledger.FormatPulsar, req.Messages, stored)
+		t.ml.AppendInPlace(req.Framed, req.FramedTail, ledger.FormatPulsar, req.Messages, stored)
 	} else {
 		t.ml.Append(req.Data, ledger.FormatPulsar, req.Messages, stored)
 	}

@@ -46,7 +46,7 @@ type pendingAdd struct {
 // callbacks run in that order, one at a time (see deliverLocked), and a
 // success is reported only when every earlier append succeeded.
 func (ml *ManagedLedger) Append(payload []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
-	ml.append(nil, payload, format, messages, done)
+	ml.append(nil, TailCRC{}, payload, format, messages, done)
 }
 
 // AppendRoom is the room AppendInPlace wants in front of a payload: the
@@ -56,15 +56,27 @@ const AppendRoom = entry.HeaderSize + HeaderSize
 // AppendInPlace is Append of the payload buf[AppendRoom:], with the
 // headers written in the room in front of it instead of into a copy. buf
 // is the managed ledger's from then on (the stored entry, kept by the
-// cache): the caller must not change it. A buf shorter than AppendRoom is
-// an error (done).
-func (ml *ManagedLedger) AppendInPlace(buf []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
-	ml.append(buf, nil, format, messages, done)
+// cache): the caller must not change it. tail is what the caller knows
+// of buf's checksum, if anything (the zero TailCRC). A buf shorter than
+// AppendRoom, or a tail outside the payload, is an error (done).
+func (ml *ManagedLedger) AppendInPlace(buf []byte, tail TailCRC, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
+	ml.append(buf, tail, nil, format, messages, done)
+}
+
+// TailCRC is what the caller of AppendInPlace may know of its buffer: the
+// CRC-32C of buf[From:], from a checksum it verified (a Pulsar SEND's
+// checksum covers the message's metadata and payload). The stored entry's
+// checksum is then combined from it instead of read off those bytes a
+// second time. The zero TailCRC knows nothing. A wrong CRC makes an entry
+// the bookies refuse (the append fails), never one stored unchecked.
+type TailCRC struct {
+	From int // in [AppendRoom, len(buf)]; 0 when nothing is known
+	CRC  uint32
 }
 
 // append is Append of payload, or in place of framed[AppendRoom:] when
-// framed is set.
-func (ml *ManagedLedger) append(framed, payload []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
+// framed is set (with tail known of framed).
+func (ml *ManagedLedger) append(framed []byte, tail TailCRC, payload []byte, format Format, messages int32, done func(pos Position, firstOffset int64, err error)) {
 	p := &pendingAdd{done: done}
 	if ml.cfg.AddLatency != nil {
 		p.start = time.Now()
@@ -81,6 +93,8 @@ func (ml *ManagedLedger) append(framed, payload []byte, format Format, messages 
 	if err == nil && framed != nil {
 		if len(framed) < AppendRoom {
 			err = fmt.Errorf("ledger: managed ledger %s: append in place of %d bytes, less than the %d-byte room for headers", ml.name, len(framed), AppendRoom)
+		} else if tail.From != 0 && (tail.From < AppendRoom || tail.From > len(framed)) {
+			err = fmt.Errorf("ledger: managed ledger %s: append in place of %d bytes with a known checksum from %d, outside the payload", ml.name, len(framed), tail.From)
 		} else {
 			payload = framed[AppendRoom:]
 		}
@@ -119,10 +133,15 @@ func (ml *ManagedLedger) append(framed, payload []byte, format Format, messages 
 	c.sent++
 	c.size += int64(len(p.data))
 	ml.sentPending++
-	if inPlace {
-		rw.AppendReserved(buf, func(id int64, err error) { ml.completed(p, id, err) })
-	} else {
-		c.w.Append(p.data, func(id int64, err error) { ml.completed(p, id, err) })
+	written := func(id int64, err error) { ml.completed(p, id, err) }
+	switch {
+	case inPlace && framed != nil && tail.From != 0:
+		// buf is framed: the room for the writer's header is its start.
+		rw.AppendReservedKnown(buf, tail.From, tail.CRC, written)
+	case inPlace:
+		rw.AppendReserved(buf, written)
+	default:
+		c.w.Append(p.data, written)
 	}
 	roll := ml.shouldRollLocked()
 	ml.mu.Unlock()

@@ -53,6 +53,10 @@ type LedgerWriter interface {
 // client.Writer is one.
 type reservingWriter interface {
 	AppendReserved(buf []byte, done func(entryID int64, err error))
+	// AppendReservedKnown is AppendReserved for a buf whose tail
+	// buf[from:] has the CRC-32C tailCRC: the entry's checksum is
+	// combined from it instead of read off the tail again.
+	AppendReservedKnown(buf []byte, from int, tailCRC uint32, done func(entryID int64, err error))
 }
 
 // LedgerReader reads a ledger.

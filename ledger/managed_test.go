@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -665,17 +666,25 @@ func TestAddLatency(t *testing.T) {
 }
 
 // AppendInPlace stores what Append would, between Appends, without a
-// copy: the cache holds the caller's buffer; a buffer without the room
-// for headers is refused and the appends after it go on.
+// copy, with or without a known tail checksum (the bookies verify each
+// entry's checksum on add, so a wrongly combined one fails the append):
+// the cache holds the caller's buffer; a buffer without the room for
+// headers, or a known tail outside the payload, is refused and the
+// appends after it go on.
 func TestAppendInPlace(t *testing.T) {
 	ctx := testCtx(t)
 	env := newTestCluster(t, 1).factory()
 	ml := env.open(t, "t/inplace")
-	inPlace := func(payload string, messages int32) (appendResult, []byte) {
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	inPlace := func(payload string, messages int32, knownFrom int) (appendResult, []byte) {
 		t.Helper()
 		buf := append(make([]byte, AppendRoom), payload...)
+		var tail TailCRC
+		if knownFrom > 0 {
+			tail = TailCRC{From: knownFrom, CRC: crc32.Checksum(buf[knownFrom:], castagnoli)}
+		}
 		ch := make(chan appendResult, 1)
-		ml.AppendInPlace(buf, FormatKafka, messages, func(pos Position, off int64, err error) {
+		ml.AppendInPlace(buf, tail, FormatKafka, messages, func(pos Position, off int64, err error) {
 			ch <- appendResult{pos, off, err}
 		})
 		return <-ch, buf
@@ -683,7 +692,7 @@ func TestAppendInPlace(t *testing.T) {
 	if r := mustAppend(t, ml, "a", 1); r.offset != 0 {
 		t.Fatalf("first append at offset %d", r.offset)
 	}
-	r, buf := inPlace("bb", 2)
+	r, buf := inPlace("bb", 2, 0)
 	if r.err != nil || r.offset != 1 {
 		t.Fatalf("append in place: offset %d, %v; want 1", r.offset, r.err)
 	}
@@ -697,17 +706,29 @@ func TestAppendInPlace(t *testing.T) {
 	if &es[0].Payload[0] != &buf[AppendRoom] {
 		t.Fatal("the cache holds a copy of the buffer appended in place")
 	}
-	if r, _ := inPlace("", 1); r.err != nil {
+	if r, _ := inPlace("", 1, 0); r.err != nil {
 		// AppendRoom bytes and an empty payload: room enough.
 		t.Fatalf("append in place of an empty payload: %v", r.err)
 	}
 	short := make(chan error, 1)
-	ml.AppendInPlace(make([]byte, AppendRoom-1), FormatKafka, 1, func(_ Position, _ int64, err error) { short <- err })
+	ml.AppendInPlace(make([]byte, AppendRoom-1), TailCRC{}, FormatKafka, 1, func(_ Position, _ int64, err error) { short <- err })
 	if err := <-short; err == nil {
 		t.Fatal("a buffer shorter than AppendRoom was appended")
 	}
+	for _, from := range []int{AppendRoom - 1, AppendRoom + 4} {
+		ml.AppendInPlace(append(make([]byte, AppendRoom), "eee"...), TailCRC{From: from}, FormatKafka, 1,
+			func(_ Position, _ int64, err error) { short <- err })
+		if err := <-short; err == nil {
+			t.Fatalf("a known tail from %d of %d bytes was appended", from, AppendRoom+3)
+		}
+	}
 	if r := mustAppend(t, ml, "d", 1); r.offset != 5 {
 		t.Fatalf("append after a refused one at offset %d, want 5", r.offset)
+	}
+	for i, from := range []int{AppendRoom, AppendRoom + 2, AppendRoom + 5} {
+		if r, _ := inPlace("known", 1, from); r.err != nil || r.offset != int64(6+i) {
+			t.Fatalf("append in place with a known tail from %d: offset %d, %v; want %d", from, r.offset, r.err, 6+i)
+		}
 	}
 	// From the bookies, after a reopen: the same entries.
 	if err := ml.Close(ctx); err != nil {
@@ -719,7 +740,7 @@ func TestAppendInPlace(t *testing.T) {
 	for _, e := range es {
 		got = append(got, string(e.Payload))
 	}
-	if err != nil || strings.Join(got, ",") != "a,bb,c,,d" {
+	if err != nil || strings.Join(got, ",") != "a,bb,c,,d,known,known,known" {
 		t.Fatalf("entries read from the bookies: %q, %v", got, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"sync"
 	"testing"
@@ -470,8 +471,9 @@ func TestClientClose(t *testing.T) {
 }
 
 // TestAppendReserved: entries written in place (the caller leaves room
-// for the header) read back as if appended by copy, in order with copied
-// appends, and a buffer without room for the header is refused.
+// for the header), with or without a known tail CRC, read back as if
+// appended by copy, in order with copied appends; a buffer without room
+// for the header, or a known tail outside it, is refused.
 func TestAppendReserved(t *testing.T) {
 	ctx := testCtx(t)
 	cl := newCluster(t, 3)
@@ -490,9 +492,13 @@ func TestAppendReserved(t *testing.T) {
 			}
 			done <- err
 		}
-		if i%2 == 0 {
-			w.AppendReserved(append(make([]byte, entry.HeaderSize), p...), cb)
-		} else {
+		switch buf := append(make([]byte, entry.HeaderSize), p...); i % 3 {
+		case 0:
+			w.AppendReserved(buf, cb)
+		case 1:
+			from := entry.HeaderSize + i%len(p)
+			w.AppendReservedKnown(buf, from, crc32.Checksum(buf[from:], crc32.MakeTable(crc32.Castagnoli)), cb)
+		default:
 			w.Append(p, cb)
 		}
 	}
@@ -504,6 +510,12 @@ func TestAppendReserved(t *testing.T) {
 	w.AppendReserved(make([]byte, entry.HeaderSize-1), func(_ int64, err error) { done <- err })
 	if err := <-done; !errors.Is(err, entry.ErrMalformed) {
 		t.Fatalf("a buffer too short for the header: %v", err)
+	}
+	for _, from := range []int{entry.HeaderSize - 1, entry.HeaderSize + 3} {
+		w.AppendReservedKnown(make([]byte, entry.HeaderSize+2), from, 0, func(_ int64, err error) { done <- err })
+		if err := <-done; !errors.Is(err, entry.ErrMalformed) {
+			t.Fatalf("a known tail from %d of %d bytes: %v", from, entry.HeaderSize+2, err)
+		}
 	}
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)

@@ -115,10 +115,32 @@ func (w *Writer) Append(payload []byte, done func(entryID int64, err error)) {
 // change.
 func (w *Writer) AppendReserved(buf []byte, done func(entryID int64, err error)) {
 	if len(buf) < entry.HeaderSize {
-		done(-1, fmt.Errorf("%w: %d bytes leave no room for the header", entry.ErrMalformed, len(buf)))
+		w.refuse(done, fmt.Errorf("%w: %d bytes leave no room for the header", entry.ErrMalformed, len(buf)))
 		return
 	}
 	w.add(len(buf)-entry.HeaderSize, func(h entry.Header) []byte { return entry.EncodeInPlace(buf, h) }, done)
+}
+
+// AppendReservedKnown is AppendReserved for a buf whose tail buf[from:]
+// has the CRC-32C tailCRC, from a checksum the caller verified: the
+// entry's checksum is combined from it (entry.EncodeInPlaceKnown) instead
+// of read off the tail again. from must be within [entry.HeaderSize,
+// len(buf)]; a wrong tailCRC makes an entry the bookies refuse.
+func (w *Writer) AppendReservedKnown(buf []byte, from int, tailCRC uint32, done func(entryID int64, err error)) {
+	if len(buf) < entry.HeaderSize || from < entry.HeaderSize || from > len(buf) {
+		w.refuse(done, fmt.Errorf("%w: a known tail from %d of %d bytes (the header takes %d)", entry.ErrMalformed, from, len(buf), entry.HeaderSize))
+		return
+	}
+	w.add(len(buf)-entry.HeaderSize, func(h entry.Header) []byte { return entry.EncodeInPlaceKnown(buf, h, from, tailCRC) }, done)
+}
+
+// refuse completes done with err, as add does a refused append: on a
+// goroutine of its own, in order after the appends before it.
+func (w *Writer) refuse(done func(int64, error), err error) {
+	w.mu.Lock()
+	w.pushLocked(completion{done: done, id: -1, err: err})
+	w.deliverLaterLocked()
+	w.mu.Unlock()
 }
 
 // add queues and sends the next entry, of a payload of size bytes that

@@ -75,6 +75,25 @@ func EncodeInPlace(buf []byte, h Header) []byte {
 	return buf
 }
 
+// EncodeInPlaceKnown is EncodeInPlace for a buf whose tail's CRC-32C the
+// caller already has (from a checksum it verified): tailCRC must be the
+// CRC-32C of buf[from:], from ≥ HeaderSize. The entry's checksum is then
+// combined from it (crc32c.Combine) instead of read off the tail again.
+// A wrong tailCRC makes an entry that bookies and readers refuse as
+// corrupt. It panics if from is outside [HeaderSize, len(buf)].
+func EncodeInPlaceKnown(buf []byte, h Header, from int, tailCRC uint32) []byte {
+	if from < HeaderSize || from > len(buf) {
+		panic(fmt.Sprintf("entry: EncodeInPlaceKnown: tail from %d of a %d-byte buffer", from, len(buf)))
+	}
+	binary.BigEndian.PutUint64(buf[0:], uint64(h.Ledger))
+	binary.BigEndian.PutUint64(buf[8:], uint64(h.Entry))
+	binary.BigEndian.PutUint64(buf[16:], uint64(h.LAC))
+	binary.BigEndian.PutUint64(buf[24:], uint64(h.Length))
+	head := crc32.Update(crc32.Checksum(buf[:32], castagnoli), castagnoli, buf[HeaderSize:from])
+	binary.BigEndian.PutUint32(buf[32:], crc32c.Combine(head, tailCRC, len(buf)-from))
+	return buf
+}
+
 // Parse decodes the header of b without verifying the checksum.
 func Parse(b []byte) (Header, error) {
 	if len(b) < HeaderSize || len(b) > MaxSize {

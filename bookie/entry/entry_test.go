@@ -56,6 +56,44 @@ func TestEncodeInPlace(t *testing.T) {
 	}
 }
 
+// EncodeInPlaceKnown gives the entry Encode gives, whatever part of the
+// payload its known tail covers; a wrong tail CRC makes an entry Verify
+// refuses; a tail outside the payload panics.
+func TestEncodeInPlaceKnown(t *testing.T) {
+	h := Header{Ledger: 7, Entry: 42, LAC: 41, Length: 1 << 40}
+	for _, n := range []int{0, 1, 6, 1000, 1 << 20} {
+		payload := make([]byte, n)
+		for i := range payload {
+			payload[i] = byte(i*7 + n)
+		}
+		want := Encode(nil, h, payload)
+		for _, at := range []int{0, min(6, n), n / 2, n} {
+			buf := append(make([]byte, HeaderSize), payload...)
+			from := HeaderSize + at
+			got := EncodeInPlaceKnown(buf, h, from, crc32.Checksum(buf[from:], castagnoli))
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%d-byte payload, tail from %d: EncodeInPlaceKnown differs from Encode", n, at)
+			}
+			if n > 0 {
+				bad := EncodeInPlaceKnown(append(make([]byte, HeaderSize), payload...), h, from, crc32.Checksum(buf[from:], castagnoli)^1)
+				if _, err := Verify(bad); !errors.Is(err, ErrChecksum) {
+					t.Fatalf("%d-byte payload, tail from %d, wrong tail CRC: Verify = %v", n, at, err)
+				}
+			}
+		}
+	}
+	for _, from := range []int{HeaderSize - 1, HeaderSize + 6} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("tail from %d of a %d-byte buffer: no panic", from, HeaderSize+5)
+				}
+			}()
+			EncodeInPlaceKnown(make([]byte, HeaderSize+5), h, from, 0)
+		}()
+	}
+}
+
 // PayloadChecksum is the checksum of the payload's bytes, for payloads
 // empty to large.
 func TestPayloadChecksum(t *testing.T) {

@@ -639,13 +639,17 @@ func (c *conn) handleSend(f *frame.Frame) {
 		n = 1
 	}
 	data, framed := f.HeadersAndPayload, f.WithRoom(ledger.AppendRoom)
-	if !f.HasChecksum() {
+	var tail ledger.TailCRC
+	if crc, from, ok := f.Checksum(); !ok {
 		// A client older than protocol v6 sent no checksum: store one, as
 		// today's clients refuse messages without it.
 		data, framed = withChecksum(data), nil
+	} else if framed != nil {
+		// Verified above: the stored entry's checksum is combined from it.
+		tail = ledger.TailCRC{From: ledger.AppendRoom + from, CRC: crc}
 	}
 	req := broker.PublishRequest{SequenceID: int64(seq), HighestSequenceID: int64(m.GetHighestSequenceId()),
-		Messages: n, Data: data, Framed: framed}
+		Messages: n, Data: data, Framed: framed, FramedTail: tail}
 	// Not m itself: the frame reader reuses it for the next SEND.
 	highest, hasHighest := m.GetHighestSequenceId(), m.HighestSequenceId != nil
 	read, latency := c.frameRead, c.srv.cfg.PublishLatency

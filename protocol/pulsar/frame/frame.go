@@ -147,6 +147,18 @@ func (f *Frame) HasChecksum() bool {
 	return hasChecksum(f.HeadersAndPayload)
 }
 
+// Checksum returns the CRC-32C the headers and payload carry, of the bytes
+// after it (the metadata size, metadata and payload), and the offset of
+// those bytes in HeadersAndPayload; ok is false when they carry none. It
+// does not verify it (ChecksumOK does).
+func (f *Frame) Checksum() (crc uint32, from int, ok bool) {
+	b := f.HeadersAndPayload
+	if !hasChecksum(b) || len(b) < magicLen+checksumLen {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint32(b[magicLen:]), magicLen + checksumLen, true
+}
+
 // ChecksumOK reports whether the headers and payload are intact: true when
 // their checksum matches, or when there is nothing to verify (no payload, or
 // a block without the checksum magic); false when the checksum does not match

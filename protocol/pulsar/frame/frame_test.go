@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"fmt"
 	"io"
 	"strings"
@@ -154,6 +155,9 @@ func TestPayloadRoundTrip(t *testing.T) {
 		if !f.HasChecksum() || !f.ChecksumOK() {
 			t.Errorf("HasChecksum %v ChecksumOK %v, want both true", f.HasChecksum(), f.ChecksumOK())
 		}
+		if crc, from, ok := f.Checksum(); !ok || crc != crc32.Checksum(f.HeadersAndPayload[from:], castagnoli) || from != 6 {
+			t.Errorf("Checksum() = %08x, %d, %v: not the CRC-32C of what follows it", crc, from, ok)
+		}
 		gotMD, gotPayload, err := f.Metadata()
 		if err != nil {
 			t.Fatal(err)
@@ -267,6 +271,9 @@ func TestPayloadWithoutChecksum(t *testing.T) {
 	f := readAll(t, stream)[0]
 	if f.HasChecksum() || !f.ChecksumOK() {
 		t.Errorf("HasChecksum %v ChecksumOK %v, want false, true", f.HasChecksum(), f.ChecksumOK())
+	}
+	if _, _, ok := f.Checksum(); ok {
+		t.Error("Checksum() of a message without one: ok")
 	}
 	gotMD, payload, err := f.Metadata()
 	if err != nil {
