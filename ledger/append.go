@@ -135,7 +135,7 @@ func (ml *ManagedLedger) append(framed []byte, tail TailCRC, payload []byte, for
 	ml.sentPending++
 	written := func(id int64, err error) { ml.completed(p, id, err) }
 	switch {
-	case inPlace && framed != nil && tail.From != 0:
+	case inPlace && tail.From != 0: // only AppendInPlace passes a tail
 		// buf is framed: the room for the writer's header is its start.
 		rw.AppendReservedKnown(buf, tail.From, tail.CRC, written)
 	case inPlace:

@@ -127,7 +127,7 @@ func (w *Writer) AppendReserved(buf []byte, done func(entryID int64, err error))
 // of read off the tail again. from must be within [entry.HeaderSize,
 // len(buf)]; a wrong tailCRC makes an entry the bookies refuse.
 func (w *Writer) AppendReservedKnown(buf []byte, from int, tailCRC uint32, done func(entryID int64, err error)) {
-	if len(buf) < entry.HeaderSize || from < entry.HeaderSize || from > len(buf) {
+	if from < entry.HeaderSize || from > len(buf) {
 		w.refuse(done, fmt.Errorf("%w: a known tail from %d of %d bytes (the header takes %d)", entry.ErrMalformed, from, len(buf), entry.HeaderSize))
 		return
 	}

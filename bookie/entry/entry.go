@@ -66,10 +66,7 @@ func Encode(dst []byte, h Header, payload []byte) []byte {
 // HeaderSize bytes of buf, whose rest is the payload, and returns buf:
 // Encode without copying the payload.
 func EncodeInPlace(buf []byte, h Header) []byte {
-	binary.BigEndian.PutUint64(buf[0:], uint64(h.Ledger))
-	binary.BigEndian.PutUint64(buf[8:], uint64(h.Entry))
-	binary.BigEndian.PutUint64(buf[16:], uint64(h.LAC))
-	binary.BigEndian.PutUint64(buf[24:], uint64(h.Length))
+	putHeader(buf, h)
 	crc := crc32.Update(crc32.Checksum(buf[:32], castagnoli), castagnoli, buf[HeaderSize:])
 	binary.BigEndian.PutUint32(buf[32:], crc)
 	return buf
@@ -85,13 +82,19 @@ func EncodeInPlaceKnown(buf []byte, h Header, from int, tailCRC uint32) []byte {
 	if from < HeaderSize || from > len(buf) {
 		panic(fmt.Sprintf("entry: EncodeInPlaceKnown: tail from %d of a %d-byte buffer", from, len(buf)))
 	}
+	putHeader(buf, h)
+	head := crc32.Update(crc32.Checksum(buf[:32], castagnoli), castagnoli, buf[HeaderSize:from])
+	binary.BigEndian.PutUint32(buf[32:], crc32c.Combine(head, tailCRC, len(buf)-from))
+	return buf
+}
+
+// putHeader writes h into the first 32 bytes of buf (the checksum's
+// place after them is the caller's).
+func putHeader(buf []byte, h Header) {
 	binary.BigEndian.PutUint64(buf[0:], uint64(h.Ledger))
 	binary.BigEndian.PutUint64(buf[8:], uint64(h.Entry))
 	binary.BigEndian.PutUint64(buf[16:], uint64(h.LAC))
 	binary.BigEndian.PutUint64(buf[24:], uint64(h.Length))
-	head := crc32.Update(crc32.Checksum(buf[:32], castagnoli), castagnoli, buf[HeaderSize:from])
-	binary.BigEndian.PutUint32(buf[32:], crc32c.Combine(head, tailCRC, len(buf)-from))
-	return buf
 }
 
 // Parse decodes the header of b without verifying the checksum.
