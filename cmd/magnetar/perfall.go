@@ -1354,18 +1354,12 @@ func (b *benchRun) pulsarSteps(client pulsar.Client, figs benchFigures, pid int)
 // broker can still give the client.
 func (b *benchRun) pulsarBatchStep(client pulsar.Client, prefix string, figs benchFigures, pid int) benchStep {
 	return benchStep{loadPulsarBatch, func(ctx context.Context) error {
-		cpu0 := processCPU()
-		broker0, brokerErr := broker.ProcessCPU(pid)
-		res, err := b.pulsarProduce(ctx, client, prefix+loadPulsarBatch, true, 0)
-		if res != nil {
-			res.CPU = processCPU() - cpu0
-			if broker1, err1 := broker.ProcessCPU(pid); brokerErr == nil && err1 == nil {
-				res.BrokerCPU = broker1 - broker0
-				fmt.Fprintf(b.out, "CPU per MB acknowledged: the client %.3f ms, the broker %.3f ms\n",
-					cpuPerMB(res, clientCPU), cpuPerMB(res, brokerCPU))
-			} else {
-				b.log.Warn("perf all: the broker's CPU time could not be read", "pid", pid, "err", errors.Join(brokerErr, err1))
-			}
+		res, err := b.measureCPU(pid, func() (*pulsarResult, error) {
+			return b.pulsarProduce(ctx, client, prefix+loadPulsarBatch, true, 0)
+		})
+		if res != nil && res.BrokerCPU > 0 {
+			fmt.Fprintf(b.out, "CPU per MB acknowledged: the client %.3f ms, the broker %.3f ms\n",
+				cpuPerMB(res, clientCPU), cpuPerMB(res, brokerCPU))
 		}
 		figs[loadPulsarBatch] = res
 		return err

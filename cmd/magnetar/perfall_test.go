@@ -266,14 +266,18 @@ func checkPerfAllDoc(t *testing.T, path, intro string) string {
 		}
 	}
 	// Every round of every publish latency load.
-	if !strings.Contains(doc, "\n"+roundsNote+".\n\n| load | round | figure | magnetar | durable no-op | magnetar ÷ durable no-op | steal % (magnetar) | steal % (durable no-op) |\n") {
+	if !strings.Contains(doc, "\n"+roundsNote+".\n\n| load | round | figure | magnetar | durable no-op | magnetar ÷ durable no-op | steal % (magnetar) | steal % (durable no-op) | CPU ms per MB, client + broker (magnetar) | CPU ms per MB, client + broker (durable no-op) |\n") {
 		t.Errorf("document lacks the rounds table's note and head:\n%s", doc)
 	}
 	for _, load := range roundsLoads() {
 		for round := 1; round <= 2; round++ {
-			floor := `[0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+` // figure, ratio, the two steals
-			if load == loadProduce1 {
-				floor = `- \| - \| [0-9.]+ \| -` // Magnetar only
+			split := `[0-9.]+ \+ [0-9.]+`                                 // client + broker CPU per MB
+			floor := `[0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \| -` // figure, ratio, the two steals, no CPU
+			switch load {
+			case loadProduce1: // Magnetar only
+				floor = `- \| - \| [0-9.]+ \| - \| ` + split + ` \| -`
+			case loadPulsarBatch:
+				floor = `[0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ` + split + ` \| ` + split
 			}
 			row := regexp.MustCompile(`\| ` + load + ` \| ` + strconv.Itoa(round) + ` \| (p99 ms|MB/s) \| [0-9.]+ \| ` + floor + ` \|\n`)
 			if !row.MatchString(doc) {
@@ -851,9 +855,12 @@ func TestPerfAllRounds(t *testing.T) {
 			// The batched produce is judged against the median of the
 			// rounds' Kafka produce, 500: 380 is 0.76 of it, and the
 			// durable no-op broker's median, 390, 0.78.
-			loadProduce1: {magnetar: []float64{500, 600, 450}, magnetarSteal: []float64{0, 0, 0}},
+			loadProduce1: {magnetar: []float64{500, 600, 450}, magnetarSteal: []float64{0, 0, 0},
+				magnetarCPU: []cpuSplit{{2.5, 2}, {2.6, 2.1}, {math.NaN(), 1.5}}},
+			// The second round's CPU was not measured.
 			loadPulsarBatch: {magnetar: []float64{380, 700, 300}, floor: []float64{390, 400, 100},
-				magnetarSteal: []float64{0, 0, 0}, floorSteal: []float64{0, 0, 0}},
+				magnetarSteal: []float64{0, 0, 0}, floorSteal: []float64{0, 0, 0},
+				magnetarCPU: []cpuSplit{{4.25, 1.75}}, floorCPU: []cpuSplit{{4, 1.25}, {4.5, 1}, {5, 1.5}}},
 		},
 		// Single runs that would meet the goal: they no longer judge it.
 		noopDurable: benchFigures{loadPulsarBatch: {Bytes: 900e6, Elapsed: time.Second}}}
@@ -897,25 +904,31 @@ func TestPerfAllRounds(t *testing.T) {
 		got = append(got, strings.Join(r, " "))
 	}
 	want := []string{
-		"kafka-publish-5000 1 p99 ms 1.900 1.000 1.90 1.0 0.0",
-		"kafka-publish-5000 2 p99 ms 30.000 2.000 15.00 20.0 15.0",
-		"kafka-publish-5000 3 p99 ms 1.800 1.500 1.20 - 2.0",
-		"pulsar-publish-5000 1 p99 ms 3.000 2.400 1.25 0.0 0.0",
-		"pulsar-publish-5000 2 p99 ms 2.800 2.600 1.08 0.0 0.0",
-		"pulsar-publish-5000 3 p99 ms 4.000 2.500 1.60 0.0 0.0",
-		"pulsar-publish-20000 1 p99 ms 6.000 1.000 6.00 0.0 0.0",
-		"pulsar-publish-20000 2 p99 ms 4.000 1.000 4.00 0.0 0.0",
-		"pulsar-publish-20000 3 p99 ms 7.000 1.000 7.00 0.0 0.0",
-		"pulsar-publish-20000 4 p99 ms 5.000 1.000 5.00 0.0 0.0",
-		"kafka-produce-1p 1 MB/s 500.00 - - 0.0 -",
-		"kafka-produce-1p 2 MB/s 600.00 - - 0.0 -",
-		"kafka-produce-1p 3 MB/s 450.00 - - 0.0 -",
-		"pulsar-produce-batched 1 MB/s 380.00 390.00 0.97 0.0 0.0",
-		"pulsar-produce-batched 2 MB/s 700.00 400.00 1.75 0.0 0.0",
-		"pulsar-produce-batched 3 MB/s 300.00 100.00 3.00 0.0 0.0",
+		"kafka-publish-5000 1 p99 ms 1.900 1.000 1.90 1.0 0.0 - -",
+		"kafka-publish-5000 2 p99 ms 30.000 2.000 15.00 20.0 15.0 - -",
+		"kafka-publish-5000 3 p99 ms 1.800 1.500 1.20 - 2.0 - -",
+		"pulsar-publish-5000 1 p99 ms 3.000 2.400 1.25 0.0 0.0 - -",
+		"pulsar-publish-5000 2 p99 ms 2.800 2.600 1.08 0.0 0.0 - -",
+		"pulsar-publish-5000 3 p99 ms 4.000 2.500 1.60 0.0 0.0 - -",
+		"pulsar-publish-20000 1 p99 ms 6.000 1.000 6.00 0.0 0.0 - -",
+		"pulsar-publish-20000 2 p99 ms 4.000 1.000 4.00 0.0 0.0 - -",
+		"pulsar-publish-20000 3 p99 ms 7.000 1.000 7.00 0.0 0.0 - -",
+		"pulsar-publish-20000 4 p99 ms 5.000 1.000 5.00 0.0 0.0 - -",
+		"kafka-produce-1p 1 MB/s 500.00 - - 0.0 - 2.50 + 2.00 -",
+		"kafka-produce-1p 2 MB/s 600.00 - - 0.0 - 2.60 + 2.10 -",
+		"kafka-produce-1p 3 MB/s 450.00 - - 0.0 - ? + 1.50 -",
+		"pulsar-produce-batched 1 MB/s 380.00 390.00 0.97 0.0 0.0 4.25 + 1.75 4.00 + 1.25",
+		"pulsar-produce-batched 2 MB/s 700.00 400.00 1.75 0.0 0.0 - 4.50 + 1.00",
+		"pulsar-produce-batched 3 MB/s 300.00 100.00 3.00 0.0 0.0 - 5.00 + 1.50",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rounds table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if m := medianSplit(res.rounds[loadProduce1].magnetarCPU); m.client != 2.55 || m.broker != 2 {
+		t.Errorf("the Kafka produce's median CPU split is %s, want 2.55 + 2.00 (the unmeasured client left out)", m)
+	}
+	if m := medianSplit(nil); m.String() != "? + ?" {
+		t.Errorf("the median CPU split of no rounds is %s, want ? + ?", m)
 	}
 	if roundsTable(&benchResults{}) != nil {
 		t.Error("a run without rounds made a rounds table")

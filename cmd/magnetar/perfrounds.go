@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/magnetar-io/magnetar/broker"
 )
 
 // The goals that compare Magnetar with a floor, in rounds: perf all's
@@ -28,10 +32,73 @@ import (
 // roundSeries is one load's rounds: each round's figure (the p99 in ms of
 // a publish latency load, the MB/s of a produce) and the host's CPU steal
 // over it (a fraction; NaN where not measured), against Magnetar and
-// against the load's durable no-op broker (none for the Kafka produce).
+// against the load's durable no-op broker (none for the Kafka produce);
+// for a produce, also the CPU per MB of the two parties.
 type roundSeries struct {
 	magnetar, floor           []float64
 	magnetarSteal, floorSteal []float64
+	magnetarCPU, floorCPU     []cpuSplit
+}
+
+// cpuSplit is what a produce cost the two parties sharing the machine's
+// CPUs, per MB acknowledged, in ms: the client (the benchmark's process)
+// and the broker (its process). NaN where not measured.
+type cpuSplit struct{ client, broker float64 }
+
+// measureCPU runs load, which returns a produce's figures, and sets their
+// CPU and BrokerCPU to this process's and process pid's CPU time over it;
+// a broker's CPU time that cannot be read is logged and left 0.
+func (b *benchRun) measureCPU(pid int, load func() (*pulsarResult, error)) (*pulsarResult, error) {
+	cpu0 := processCPU()
+	broker0, brokerErr := broker.ProcessCPU(pid)
+	f, err := load()
+	if f != nil {
+		f.CPU = processCPU() - cpu0
+		broker1, err1 := broker.ProcessCPU(pid)
+		if brokerErr == nil && err1 == nil {
+			f.BrokerCPU = broker1 - broker0
+		} else {
+			b.log.Warn("perf all: the broker's CPU time could not be read", "pid", pid, "err", errors.Join(brokerErr, err1))
+		}
+	}
+	return f, err
+}
+
+// splitOf is f's CPU per MB, NaN for what was not measured.
+func splitOf(f *pulsarResult) cpuSplit {
+	perMB := func(cpu func(*pulsarResult) time.Duration) float64 {
+		if v := cpuPerMB(f, cpu); v > 0 {
+			return v
+		}
+		return math.NaN()
+	}
+	return cpuSplit{perMB(clientCPU), perMB(brokerCPU)}
+}
+
+// medianSplit is the median of the rounds' client figures and of their
+// broker figures, over the rounds that measured them.
+func medianSplit(v []cpuSplit) cpuSplit {
+	var client, broker []float64
+	for _, s := range v {
+		if !math.IsNaN(s.client) {
+			client = append(client, s.client)
+		}
+		if !math.IsNaN(s.broker) {
+			broker = append(broker, s.broker)
+		}
+	}
+	return cpuSplit{median(client), median(broker)}
+}
+
+// String is "client + broker", each to 0.01 ms or "?".
+func (s cpuSplit) String() string {
+	f := func(v float64) string {
+		if math.IsNaN(v) {
+			return "?"
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	return f(s.client) + " + " + f(s.broker)
 }
 
 // median is the middle of v (the mean of the two middle values when there
@@ -68,6 +135,7 @@ func roundsUnit(load string) string {
 // load against it.
 type roundsParty struct {
 	name string
+	pid  int // the broker's process
 	run  func(ctx context.Context) (*pulsarResult, error)
 }
 
@@ -110,8 +178,8 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 	}
 	defer noopClient.Close()
 
-	kafka := func(name, addr, topic string, partitions int, load string, rate float64) roundsParty {
-		return roundsParty{name, func(ctx context.Context) (*pulsarResult, error) {
+	kafka := func(name string, c *standaloneChild, addr, topic string, partitions int, load string, rate float64) roundsParty {
+		return roundsParty{name, c.cmd.Process.Pid, func(ctx context.Context) (*pulsarResult, error) {
 			f, err := runKafkaLoads(ctx, b.out, name, []string{addr}, b.kafkaConfig(topic, partitions, load, rate), b.log)
 			if load == "produce" {
 				return f.Produce, err
@@ -119,23 +187,23 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 			return f.Latency, err
 		}}
 	}
-	pulsarParty := func(name string, client pulsar.Client, topic string, batching bool, rate float64) roundsParty {
-		return roundsParty{name, func(ctx context.Context) (*pulsarResult, error) {
+	pulsarParty := func(name string, c *standaloneChild, client pulsar.Client, topic string, batching bool, rate float64) roundsParty {
+		return roundsParty{name, c.cmd.Process.Pid, func(ctx context.Context) (*pulsarResult, error) {
 			return b.pulsarProduce(ctx, client, topic, batching, rate)
 		}}
 	}
 	// By load: its durable no-op broker (name "" for none), then Magnetar.
 	parties := map[string][2]roundsParty{
-		loadProduce1: {{}, kafka("magnetar", sa.ready.Kafka, topic1p, 1, "produce", 0)},
-		loadPulsarBatch: {pulsarParty("durable no-op pulsar", noopClient, "rounds-noop-"+loadPulsarBatch, true, 0),
-			pulsarParty("magnetar", saClient, "rounds-"+loadPulsarBatch, true, 0)},
+		loadProduce1: {{}, kafka("magnetar", sa, sa.ready.Kafka, topic1p, 1, "produce", 0)},
+		loadPulsarBatch: {pulsarParty("durable no-op pulsar", floors["pulsar"], noopClient, "rounds-noop-"+loadPulsarBatch, true, 0),
+			pulsarParty("magnetar", sa, saClient, "rounds-"+loadPulsarBatch, true, 0)},
 	}
 	for _, r := range benchRates {
 		k, p := loadAt("kafka-publish", r.rate), loadAt("pulsar-publish", r.rate)
-		parties[k] = [2]roundsParty{kafka("durable no-op kafka", floors["kafka"].ready.Addr, topic4p, 4, "latency", r.rate),
-			kafka("magnetar", sa.ready.Kafka, topic4p, 4, "latency", r.rate)}
-		parties[p] = [2]roundsParty{pulsarParty("durable no-op pulsar", noopClient, "rounds-noop-"+p, false, r.rate),
-			pulsarParty("magnetar", saClient, "rounds-"+p, false, r.rate)}
+		parties[k] = [2]roundsParty{kafka("durable no-op kafka", floors["kafka"], floors["kafka"].ready.Addr, topic4p, 4, "latency", r.rate),
+			kafka("magnetar", sa, sa.ready.Kafka, topic4p, 4, "latency", r.rate)}
+		parties[p] = [2]roundsParty{pulsarParty("durable no-op pulsar", floors["pulsar"], noopClient, "rounds-noop-"+p, false, r.rate),
+			pulsarParty("magnetar", sa, saClient, "rounds-"+p, false, r.rate)}
 	}
 	figure := func(load string, f *pulsarResult) float64 {
 		if roundsUnit(load) == "MB/s" {
@@ -162,7 +230,14 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 				fmt.Fprintf(b.out, "\n[round %d/%d, %s] %s\n", round, n, p.name, load)
 				var f *pulsarResult
 				var runErr error
-				steal, measured := b.stealDuring(func() { f, runErr = p.run(ctx) })
+				produce := roundsUnit(load) == "MB/s"
+				steal, measured := b.stealDuring(func() {
+					if produce {
+						f, runErr = b.measureCPU(p.pid, func() (*pulsarResult, error) { return p.run(ctx) })
+					} else {
+						f, runErr = p.run(ctx)
+					}
+				})
 				if !measured {
 					steal = math.NaN()
 				}
@@ -181,7 +256,25 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 				} else {
 					s.floor, s.floorSteal = append(s.floor, v), append(s.floorSteal, steal)
 				}
+				if produce {
+					split := splitOf(f)
+					fmt.Fprintf(b.out, "CPU per MB acknowledged, ms: the client + the broker: %s\n", split)
+					if p.name == "magnetar" {
+						s.magnetarCPU = append(s.magnetarCPU, split)
+					} else {
+						s.floorCPU = append(s.floorCPU, split)
+					}
+				}
 			}
+		}
+	}
+	for _, load := range []string{loadProduce1, loadPulsarBatch} {
+		if s := res.rounds[load]; s != nil {
+			fmt.Fprintf(b.out, "\n%s, CPU ms per MB acknowledged, client + broker, medians of the rounds: magnetar %s", load, medianSplit(s.magnetarCPU))
+			if len(s.floorCPU) > 0 {
+				fmt.Fprintf(b.out, ", durable no-op %s", medianSplit(s.floorCPU))
+			}
+			fmt.Fprintln(b.out)
 		}
 	}
 	return nil
@@ -193,12 +286,19 @@ func roundsTable(res *benchResults) *table {
 	if len(res.rounds) == 0 {
 		return nil
 	}
-	t := &table{head: []string{"load", "round", "figure", "magnetar", "durable no-op", "magnetar ÷ durable no-op", "steal % (magnetar)", "steal % (durable no-op)"}}
+	t := &table{head: []string{"load", "round", "figure", "magnetar", "durable no-op", "magnetar ÷ durable no-op", "steal % (magnetar)", "steal % (durable no-op)",
+		"CPU ms per MB, client + broker (magnetar)", "CPU ms per MB, client + broker (durable no-op)"}}
 	pct := func(v []float64, i int) string {
 		if i >= len(v) || math.IsNaN(v[i]) {
 			return "-"
 		}
 		return fmt.Sprintf("%.1f", 100*v[i])
+	}
+	cpu := func(v []cpuSplit, i int) string {
+		if i >= len(v) {
+			return "-"
+		}
+		return v[i].String()
 	}
 	for _, load := range roundsLoads() {
 		s := res.rounds[load]
@@ -215,14 +315,14 @@ func roundsTable(res *benchResults) *table {
 				floor, vs = fmt.Sprintf(format, s.floor[i]), fmt.Sprintf("%.2f", ratio(s.magnetar[i], s.floor[i]))
 			}
 			t.rows = append(t.rows, []string{load, fmt.Sprint(i + 1), roundsUnit(load), fmt.Sprintf(format, s.magnetar[i]), floor, vs,
-				pct(s.magnetarSteal, i), pct(s.floorSteal, i)})
+				pct(s.magnetarSteal, i), pct(s.floorSteal, i), cpu(s.magnetarCPU, i), cpu(s.floorCPU, i)})
 		}
 	}
 	return t
 }
 
 // roundsNote says what the rounds table is.
-const roundsNote = `The goals against a floor, in rounds: after the other loads, on a fresh standalone and fresh durable no-op brokers, each publish latency load against Magnetar and against its durable no-op broker back to back, then Magnetar's Kafka produce on 1 partition and the batched Pulsar produce against both, the order swapped every round (the floor first in odd rounds), the host's CPU steal over each; the "median of the rounds" rows above are these, and the publish p99 goals and the batched produce's are judged on them`
+const roundsNote = `The goals against a floor, in rounds: after the other loads, on a fresh standalone and fresh durable no-op brokers, each publish latency load against Magnetar and against its durable no-op broker back to back, then Magnetar's Kafka produce on 1 partition and the batched Pulsar produce against both, the order swapped every round (the floor first in odd rounds), the host's CPU steal over each, and for the produces the CPU time (user and system) per MB acknowledged of the client (the benchmark's process) and of the broker's process, warm-up included: the two share the machine's CPUs, so a produce that fills them goes as fast as the two costs together allow; the "median of the rounds" rows above are these, and the publish p99 goals and the batched produce's are judged on them`
 
 // roundsFloorLimit names, in benchLimits, the median of the floor's
 // figures over the rounds of load.
