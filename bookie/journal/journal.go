@@ -142,7 +142,7 @@ type Options struct {
 	// default 512 MiB.
 	MaxFileSize int64
 	// RecycledFiles is how many released files are kept for reuse by later
-	// files (see the package comment); default 2, negative for none.
+	// files (see the package comment); default 8, negative for none.
 	RecycledFiles int
 	// BufferedIO writes records through the page cache. By default they
 	// are written with O_DIRECT where the file system allows it (on Linux,
@@ -178,7 +178,7 @@ const (
 	defaultMaxGroupBytes = 512 << 10
 	defaultMaxGroupWait  = time.Millisecond
 	defaultMaxFileSize   = 512 << 20
-	defaultRecycledFiles = 2
+	defaultRecycledFiles = 8
 	defaultQueueSize     = 10_000
 	defaultZeroAhead     = 1 << 20
 )

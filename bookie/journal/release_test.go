@@ -109,7 +109,7 @@ func TestReuseOfReleasedFiles(t *testing.T) {
 	// Files of about 1 KiB: no zeros written ahead of their records, and
 	// no direct writes, whose padding to a block would write zeros over a
 	// reused file's old records right after the new ones.
-	opts := Options{Dir: dir, MaxFileSize: 1010, Logger: logger, ZeroAhead: -1, BufferedIO: true}
+	opts := Options{Dir: dir, MaxFileSize: 1010, Logger: logger, ZeroAhead: -1, BufferedIO: true, RecycledFiles: 2}
 	j, _ := openT(t, opts, Position{})
 	var acked []rec
 	add := func(n, size int) {

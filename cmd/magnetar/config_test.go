@@ -209,7 +209,7 @@ func TestDefaults(t *testing.T) {
 		BookieListen: "127.0.0.1:3181",
 		BookieStorage: storage.Options{
 			Dir:                filepath.Join("data", "bookie"),
-			Journal:            journal.Options{MaxGroupBytes: 512 << 10, MaxGroupWait: time.Millisecond, RecycledFiles: 2},
+			Journal:            journal.Options{MaxGroupBytes: 512 << 10, MaxGroupWait: time.Millisecond, RecycledFiles: 8},
 			EntryLogMaxSize:    1 << 30,
 			EntryLogDirectIO:   true,
 			CheckpointInterval: 10 * time.Second,
