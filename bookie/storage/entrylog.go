@@ -222,6 +222,10 @@ type entryLogs struct {
 	// disk, set with drop or directIO, reads the bytes dropped from the
 	// page cache, or written with O_DIRECT, from the disk (diskread.go).
 	disk *diskReads
+
+	// rotated gets a value (if it has room) each time a log is finished:
+	// the storage checkpoints then (checkpointLoop).
+	rotated chan struct{}
 }
 
 // openEntryLogs starts a new current log with id firstID. direct writes
@@ -238,6 +242,7 @@ func openEntryLogs(fs vfs.FS, dir string, maxSize int64, bufSize int, direct boo
 		nextID:   firstID,
 		readers:  make(map[uint64]*logReader),
 		directIO: direct,
+		rotated:  make(chan struct{}, 1),
 	}
 	switch {
 	case direct:
@@ -423,6 +428,10 @@ func (l *entryLogs) rotateLocked() error {
 	}
 	l.pending = append(l.pending, old)
 	l.cur = w
+	select {
+	case l.rotated <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

@@ -43,7 +43,7 @@ func Open(opts Options) (*Storage, error) {
 		return nil, err
 	}
 	if o.CheckpointInterval > 0 {
-		s.startLoop("checkpoint", o.CheckpointInterval, s.Checkpoint)
+		s.startCheckpoints(o.CheckpointInterval)
 	}
 	if o.GCInterval > 0 {
 		s.startLoop("gc", o.GCInterval, s.GC)

@@ -4,13 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/journal"
 )
 
 // crashOpen simulates a power loss of fs (cfg says what unsynced data
@@ -81,6 +86,66 @@ func TestCheckpointReleasesJournal(t *testing.T) {
 	for e := int64(0); e <= 200; e++ {
 		checkEntry(t, s, 1, e, 500)
 	}
+}
+
+// A finished entry log starts a checkpoint at once, long before the
+// interval: the journal it covers is released.
+func TestCheckpointOnRotation(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := testOptions(fs)
+	opts.CheckpointInterval = time.Hour
+	opts.EntryLogMaxSize = 64 << 10
+	opts.Journal.MaxFileSize = 16 << 10
+	jdir := fs.PathJoin(memDir, "journal")
+	s := openT(t, opts)
+	defer closeT(t, s)
+	// Less than a log: no checkpoint, the journal files stay.
+	e := int64(0)
+	for ; e < 60; e++ {
+		mustAdd(t, s, 1, e, e-1, 500)
+	}
+	if _, files := dirSize(t, fs, jdir, ".jnl"); files < 2 {
+		t.Fatalf("%d journal files before any rotation, want several", files)
+	}
+	// Past a log's size: the log is finished, a checkpoint follows.
+	for ; e < 200; e++ {
+		mustAdd(t, s, 1, e, e-1, 500)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.ckptMu.Lock()
+		ckpt := s.lastCkpt
+		s.ckptMu.Unlock()
+		first := firstJournalFile(t, fs, jdir)
+		if ckpt != (journal.Position{}) && first == ckpt.File {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after entry logs were finished: checkpoint %v, first journal file %d; want a checkpoint releasing the files before its own", ckpt, first)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// firstJournalFile is the number of the oldest journal file in dir (free
+// files, kept for reuse, are not journal files).
+func firstJournalFile(t *testing.T, fs vfs.FS, dir string) uint64 {
+	t.Helper()
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := uint64(math.MaxUint64)
+	for _, n := range names {
+		if hex, ok := strings.CutSuffix(n, ".jnl"); ok {
+			num, err := strconv.ParseUint(hex, 16, 64)
+			if err != nil {
+				t.Fatalf("journal file %s: %v", n, err)
+			}
+			first = min(first, num)
+		}
+	}
+	return first
 }
 
 // TestPowerLoss streams adds from several goroutines while checkpoints run,

@@ -33,7 +33,7 @@ var bookieStorageSettings = []setting{
 	{"entry-log-max-size", "1073741824", "bytes", "start a new entry log when the current one passes this size"},
 	{"entry-log-direct-io", "true", "bool", "write entry logs with O_DIRECT, not through the page cache (less CPU per byte written, no page-cache writeback stalls; catching-up reads come from the disk, with O_DIRECT too); false writes and reads them through the page cache; where the file system refuses O_DIRECT (at open or at a write), the bookie logs a warning and uses the page cache"},
 	{"entry-log-page-cache-keep", "0", "bytes", "with entry-log-direct-io=false: keep only the newest this many written bytes of entry logs in the page cache, dropping older pages once written back (Linux); reads of older entries then go to the disk; 0 leaves the page cache to the kernel"},
-	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files released"},
+	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files released; a checkpoint also follows each finished entry log (entry-log-max-size), so that heavy writes keep about one entry log of journal"},
 	{"gc-interval", "60s", "duration", "how often the space of deleted ledgers is reclaimed"},
 	{"gc-min-live-ratio", "0.5", "ratio", "compact an entry log when less than this fraction of it is still live"},
 }
