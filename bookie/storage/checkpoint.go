@@ -86,16 +86,18 @@ func (s *Storage) syncLogs() error {
 	return nil
 }
 
-// startCheckpoints checkpoints every interval, and each time an entry log
-// is finished, until Close. The second is BookKeeper's rule (a checkpoint
-// when the entry logger rotates): under heavy writes the journal kept
-// since the last checkpoint stays about one entry log's size instead of
-// interval × the write rate (at 500 MB/s, 5 GB: ten 512 MiB journal files,
-// more than the journal keeps for reuse, so that the checkpoint then
-// deleted some while the next writes waited on their fsyncs; and as much
-// to replay after a crash). A checkpoint after a rotation restarts the
-// interval.
-func (s *Storage) startCheckpoints(interval time.Duration) {
+// The checkpoint loop runs every interval and each time an entry log is
+// finished (startLoop's trigger: entryLogs.rotated). The second is
+// BookKeeper's rule (a checkpoint when the entry logger rotates): under
+// heavy writes the journal kept since the last checkpoint stays about one
+// entry log's size instead of interval × the write rate (at 500 MB/s,
+// 5 GB: ten 512 MiB journal files, more than the journal keeps for reuse,
+// so that the checkpoint then deleted some while the next writes waited
+// on their fsyncs; and as much to replay after a crash).
+
+// startLoop runs fn every interval, and whenever trigger (nil: never)
+// gets a value, until Close. A run restarts the interval.
+func (s *Storage) startLoop(name string, interval time.Duration, trigger <-chan struct{}, fn func() error) {
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
@@ -106,32 +108,12 @@ func (s *Storage) startCheckpoints(interval time.Duration) {
 			case <-s.stop:
 				return
 			case <-t.C:
-			case <-s.logs.rotated:
+			case <-trigger:
 			}
-			if err := s.Checkpoint(); err != nil && !errors.Is(err, ErrClosed) {
-				s.logger.Warn("storage: background checkpoint failed", "err", err)
+			if err := fn(); err != nil && !errors.Is(err, ErrClosed) {
+				s.logger.Warn("storage: background "+name+" failed", "err", err)
 			}
 			t.Reset(interval) // a tick due meanwhile is dropped (Go 1.23 timers)
-		}
-	}()
-}
-
-// startLoop runs fn every interval until Close.
-func (s *Storage) startLoop(name string, interval time.Duration, fn func() error) {
-	s.loops.Add(1)
-	go func() {
-		defer s.loops.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-				if err := fn(); err != nil && !errors.Is(err, ErrClosed) {
-					s.logger.Warn("storage: background "+name+" failed", "err", err)
-				}
-			}
 		}
 	}()
 }

@@ -43,10 +43,10 @@ func Open(opts Options) (*Storage, error) {
 		return nil, err
 	}
 	if o.CheckpointInterval > 0 {
-		s.startCheckpoints(o.CheckpointInterval)
+		s.startLoop("checkpoint", o.CheckpointInterval, s.logs.rotated, s.Checkpoint)
 	}
 	if o.GCInterval > 0 {
-		s.startLoop("gc", o.GCInterval, s.GC)
+		s.startLoop("gc", o.GCInterval, nil, s.GC)
 	}
 	return s, nil
 }
