@@ -86,15 +86,6 @@ func (s *Storage) syncLogs() error {
 	return nil
 }
 
-// The checkpoint loop runs every interval and each time an entry log is
-// finished (startLoop's trigger: entryLogs.rotated). The second is
-// BookKeeper's rule (a checkpoint when the entry logger rotates): under
-// heavy writes the journal kept since the last checkpoint stays about one
-// entry log's size instead of interval × the write rate (at 500 MB/s,
-// 5 GB: ten 512 MiB journal files, more than the journal keeps for reuse,
-// so that the checkpoint then deleted some while the next writes waited
-// on their fsyncs; and as much to replay after a crash).
-
 // startLoop runs fn every interval, and whenever trigger (nil: never)
 // gets a value, until Close. A run restarts the interval.
 func (s *Storage) startLoop(name string, interval time.Duration, trigger <-chan struct{}, fn func() error) {

@@ -224,7 +224,7 @@ type entryLogs struct {
 	disk *diskReads
 
 	// rotated gets a value (if it has room) each time a log is finished:
-	// the storage checkpoints then (checkpointLoop).
+	// the storage checkpoints then (Open's checkpoint loop).
 	rotated chan struct{}
 }
 

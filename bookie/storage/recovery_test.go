@@ -99,13 +99,18 @@ func TestCheckpointOnRotation(t *testing.T) {
 	jdir := fs.PathJoin(memDir, "journal")
 	s := openT(t, opts)
 	defer closeT(t, s)
+	lastCkpt := func() journal.Position {
+		s.ckptMu.Lock()
+		defer s.ckptMu.Unlock()
+		return s.lastCkpt
+	}
 	// Less than a log: no checkpoint, the journal files stay.
 	e := int64(0)
 	for ; e < 60; e++ {
 		mustAdd(t, s, 1, e, e-1, 500)
 	}
-	if _, files := dirSize(t, fs, jdir, ".jnl"); files < 2 {
-		t.Fatalf("%d journal files before any rotation, want several", files)
+	if _, files := dirSize(t, fs, jdir, ".jnl"); files < 2 || lastCkpt() != (journal.Position{}) {
+		t.Fatalf("before any rotation: %d journal files, checkpoint %v; want several files, no checkpoint", files, lastCkpt())
 	}
 	// Past a log's size: the log is finished, a checkpoint follows.
 	for ; e < 200; e++ {
@@ -113,9 +118,7 @@ func TestCheckpointOnRotation(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s.ckptMu.Lock()
-		ckpt := s.lastCkpt
-		s.ckptMu.Unlock()
+		ckpt := lastCkpt()
 		first := firstJournalFile(t, fs, jdir)
 		if ckpt != (journal.Position{}) && first == ckpt.File {
 			break
