@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -210,7 +211,13 @@ func (b *Broker) NextKafkaProducerID(ctx context.Context) (int64, error) {
 // KafkaAppend is one record batch to append, as validated by
 // SplitRecordBatches.
 type KafkaAppend struct {
-	Batch         []byte // record batch v2; the caller's again when done is called
+	Batch []byte // record batch v2; the caller's again when done is called
+	// Framed, if set, is Batch with ledger.AppendRoom free bytes in front
+	// of it: the entry is stored in place (ledger.AppendInPlace), and
+	// Framed is the topic's from then on. Batch's CRC must have been
+	// checked (SplitRecordBatches): the stored entry's checksum is
+	// combined from it, not read off those bytes again.
+	Framed        []byte
 	Records       int32
 	ProducerID    int64 // -1: not an idempotent producer
 	ProducerEpoch int16
@@ -255,7 +262,7 @@ func (t *Topic) AppendKafka(ctx context.Context, a KafkaAppend, done func(offset
 		done(offset, nil)
 	}
 	if a.ProducerID < 0 {
-		t.ml.Append(a.Batch, ledger.FormatKafka, a.Records, stored)
+		t.storeKafka(a, stored)
 		return
 	}
 	t.kafkaMu.Lock()
@@ -279,6 +286,26 @@ func (t *Topic) AppendKafka(ctx context.Context, a KafkaAppend, done func(offset
 	if wait != nil {
 		go wait()
 	}
+}
+
+// storeKafka appends a's batch to the managed ledger, in place if it is
+// framed. A batch's CRC-32C covers its bytes from the attributes on, so
+// the ledger knows the checksum of the entry's tail from there.
+func (t *Topic) storeKafka(a KafkaAppend, done func(pos ledger.Position, firstOffset int64, err error)) {
+	if !a.framedOK() {
+		t.ml.Append(a.Batch, ledger.FormatKafka, a.Records, done)
+		return
+	}
+	tail := ledger.TailCRC{From: ledger.AppendRoom + batchAttrOff, CRC: binary.BigEndian.Uint32(a.Batch[batchCRCOff:])}
+	t.ml.AppendInPlace(a.Framed, tail, ledger.FormatKafka, a.Records, done)
+}
+
+// framedOK reports whether a is framed as KafkaAppend says: Framed is the
+// room, then Batch itself, a whole batch header long at least. Anything
+// else is stored by copy.
+func (a *KafkaAppend) framedOK() bool {
+	return len(a.Batch) >= batchHeaderLen && len(a.Framed) == ledger.AppendRoom+len(a.Batch) &&
+		&a.Framed[ledger.AppendRoom] == &a.Batch[0]
 }
 
 // KafkaServed counts messages and bytes a Kafka fetch served from t (in

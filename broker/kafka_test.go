@@ -1,11 +1,14 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/magnetar-io/magnetar/ledger"
 )
 
 func testKafkaBatch(id int64, epoch int16, seq int32, n int) KafkaAppend {
@@ -186,6 +189,78 @@ func TestOwnRetention(t *testing.T) {
 		rt, rs, ok := ownRetention(tc.c, tc.r)
 		if ok != tc.hasOwn || (ok && (rt != tc.rt || rs != tc.rs)) {
 			t.Errorf("%+v over %+v: %v %d %v, want %v %d %v", tc.c, tc.r, rt, rs, ok, tc.rt, tc.rs, tc.hasOwn)
+		}
+	}
+}
+
+// framedCopy is a with its batch in a buffer of its own with
+// ledger.AppendRoom free bytes in front (KafkaAppend.Framed).
+func framedCopy(a KafkaAppend) KafkaAppend {
+	a.Framed = append(make([]byte, ledger.AppendRoom), a.Batch...)
+	a.Batch = a.Framed[ledger.AppendRoom:]
+	return a
+}
+
+// TestKafkaAppendInPlace: framed batches, of idempotent producers or not,
+// are stored in place with their bytes as sent, as read back from the
+// bookies by another broker; a framed batch whose CRC field is wrong is
+// refused by the bookies, not stored with a checksum made up for it; a
+// Framed that is not the room before Batch is stored by copy.
+func TestKafkaAppendInPlace(t *testing.T) {
+	cluster := newTestCluster(t)
+	tp := cluster.newStack(t).mustTopic(t, "kafka-in-place")
+	sent := []KafkaAppend{
+		framedCopy(testKafkaBatch(-1, 0, 0, 3)),
+		framedCopy(testKafkaBatch(9, 0, 0, 2)),
+		testKafkaBatch(9, 0, 2, 1),
+		framedCopy(testKafkaBatch(9, 0, 3, 4)),
+	}
+	sent[0].ProducerID = -1
+	// Framed holds other bytes than Batch: Batch is what is stored.
+	other := testKafkaBatch(-1, 0, 0, 2)
+	other.Framed = append(make([]byte, ledger.AppendRoom), testKafkaBatch(-1, 0, 0, 5).Batch...)
+	sent = append(sent, other)
+	var offsets []int64
+	for i, a := range sent {
+		off, err := appendKafka(t, tp, a)
+		if err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		offsets = append(offsets, off)
+	}
+
+	bad := framedCopy(testKafkaBatch(-1, 0, 0, 2))
+	bad.Batch[batchCRCOff] ^= 0xff
+	if _, err := appendKafka(t, tp, bad); err == nil {
+		t.Fatal("a framed batch with a wrong CRC field was stored")
+	}
+	// The refusal fails the ledger (as a bookie's error does); the
+	// managed ledger rolls to a new one and appends go on.
+	after := testKafkaBatch(-1, 0, 0, 1)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		off, err := appendKafka(t, tp, framedCopy(after))
+		if err == nil {
+			sent, offsets = append(sent, after), append(offsets, off)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("appends after the refused one still fail: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	ml := cluster.newStack(t).mustTopic(t, "kafka-in-place").ManagedLedger()
+	for i, a := range sent {
+		es, err := ml.ReadOffset(testCtx(t), offsets[i], 1)
+		if err != nil || len(es) != 1 {
+			t.Fatalf("batch %d: read at offset %d: %v, %d entries", i, offsets[i], err, len(es))
+		}
+		if !bytes.Equal(es[0].Payload, a.Batch) {
+			t.Fatalf("batch %d: stored %d bytes differ from the %d sent", i, len(es[0].Payload), len(a.Batch))
+		}
+		if h := es[0].Header; h.Format != ledger.FormatKafka || h.FirstOffset != offsets[i] || h.Messages != a.Records {
+			t.Fatalf("batch %d: stored header %+v", i, h)
 		}
 	}
 }

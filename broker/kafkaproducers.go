@@ -179,7 +179,7 @@ func (kp *kafkaProducers) appendLocked(a KafkaAppend, stored func(ledger.Positio
 	b := &kafkaBatch{first: a.BaseSequence, last: lastSeq(a.BaseSequence, a.Records), offset: -1, done: make(chan struct{})}
 	p.lastUsed = now
 	p.remember(b)
-	t.ml.Append(a.Batch, ledger.FormatKafka, a.Records, func(pos ledger.Position, offset int64, err error) {
+	t.storeKafka(a, func(pos ledger.Position, offset int64, err error) {
 		t.kafkaMu.Lock()
 		b.offset, b.err = offset, err
 		if err != nil {

@@ -18,7 +18,10 @@ import (
 // we serve is answered at v0 with UNSUPPORTED_VERSION and our table, so
 // the client retries at a version we serve.
 
-const apiVersionsKey = 18
+const (
+	produceKey     = 0
+	apiVersionsKey = 18
+)
 
 type api struct {
 	min, max int16

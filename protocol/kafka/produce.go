@@ -72,7 +72,11 @@ func handleProduce(c *conn, sl *slot, kreq kmsg.Request) {
 				p.ErrorMessage = strPtr("transactions are not supported yet")
 				continue
 			}
-			c.s.produce(ctx, c, req.Version, rt.Topic, rp, p, wg)
+			var framed []byte
+			if i < len(sl.framed) && j < len(sl.framed[i]) {
+				framed = sl.framed[i][j]
+			}
+			c.s.produce(ctx, c, req.Version, rt.Topic, rp, framed, p, wg)
 		}
 	}
 	wg.Done()
@@ -107,8 +111,10 @@ func produceTargets(req *kmsg.ProduceRequest) []topicPartition {
 }
 
 // produce appends one partition's records and fills p when done (wg).
+// framed, if set, is rp.Records with ledger.AppendRoom free bytes in
+// front: the first batch is then stored in place.
 func (s *Server) produce(ctx context.Context, c *conn, version int16, topic string, rp kmsg.ProduceRequestTopicPartition,
-	p *kmsg.ProduceResponseTopicPartition, wg *pending) {
+	framed []byte, p *kmsg.ProduceResponseTopicPartition, wg *pending) {
 	fail := func(code int16, err error) {
 		p.ErrorCode = code
 		p.ErrorMessage = errMessage(err)
@@ -135,14 +141,21 @@ func (s *Server) produce(ctx context.Context, c *conn, version int16, topic stri
 			fail(errCode(err), err)
 			return
 		}
-		for _, rb := range raw {
+		for i, rb := range raw {
 			h := rb.Header
 			if h.Transactional() || h.Control() {
 				fail(errInvalidRecord, fmt.Errorf("transactional and control batches are not supported yet"))
 				return
 			}
-			batches = append(batches, broker.KafkaAppend{Batch: rb.Bytes, Records: h.NumRecords,
-				ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence})
+			a := broker.KafkaAppend{Batch: rb.Bytes, Records: h.NumRecords,
+				ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence}
+			if i == 0 && framed != nil {
+				// The first batch starts the records, after the room;
+				// the others follow other batches, with none.
+				n := ledger.AppendRoom + len(rb.Bytes)
+				a.Framed = framed[:n:n]
+			}
+			batches = append(batches, a)
 		}
 	}
 	if len(batches) == 0 {

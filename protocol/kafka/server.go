@@ -22,6 +22,7 @@
 package kafka
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -286,6 +287,10 @@ type slot struct {
 	resp         kmsg.Response
 	records      []*records // a fetch response's record batches, partition by partition
 	read         time.Time  // when the request was read (set with Config.RequestLatency)
+	// framed holds a Produce request's records, by topic and partition,
+	// with ledger.AppendRoom free bytes in front (producereq.go); nil
+	// where the request was read whole.
+	framed [][][]byte
 }
 
 // abandon answers nothing for a request whose handler failed (a panic):
@@ -350,29 +355,20 @@ func (c *conn) serve() {
 // errBadRequest marks requests that close the connection.
 var errBadRequest = errors.New("bad request")
 
+// readBufferSize is the connection's read buffer; larger reads (a
+// produce's records) bypass it.
+const readBufferSize = 16 << 10
+
 func (c *conn) readLoop() error {
-	var sizeBuf [4]byte
+	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	for {
-		if _, err := io.ReadFull(c.nc, sizeBuf[:]); err != nil {
-			return err
-		}
-		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
-		if size < 8 || int(size) > c.s.cfg.MaxRequestSize {
-			return fmt.Errorf("%w: request size %d, outside 8..%d (max-request-size)", errBadRequest, size, c.s.cfg.MaxRequestSize)
-		}
-		buf := make([]byte, size)
-		if _, err := io.ReadFull(c.nc, buf); err != nil {
-			return fmt.Errorf("%w: truncated request (%d bytes announced): %w", errBadRequest, size, err)
-		}
-		var read time.Time
-		if c.s.latency != nil {
-			read = time.Now()
-		}
-		sl, req, err := c.parse(buf)
+		sl, req, err := c.readRequest(br)
 		if err != nil {
 			return err
 		}
-		sl.read = read
+		if c.s.latency != nil {
+			sl.read = time.Now()
+		}
 		select {
 		case c.queue <- sl:
 		case <-c.ctx.Done():
@@ -383,6 +379,46 @@ func (c *conn) readLoop() error {
 		}
 		c.handle(sl, req)
 	}
+}
+
+// readRequest reads and decodes the next request: a Produce request (v3+)
+// as it arrives (readProduce), any other whole, then parse. A nil request
+// with a slot is one answered already (parse); an error closes the
+// connection.
+func (c *conn) readRequest(br *bufio.Reader) (*slot, kmsg.Request, error) {
+	var hdr [12]byte // size, api key, version, correlation id
+	if _, err := io.ReadFull(br, hdr[:4]); err != nil {
+		return nil, nil, err
+	}
+	size := int32(binary.BigEndian.Uint32(hdr[:]))
+	if size < 8 || int(size) > c.s.cfg.MaxRequestSize {
+		return nil, nil, fmt.Errorf("%w: request size %d, outside 8..%d (max-request-size)", errBadRequest, size, c.s.cfg.MaxRequestSize)
+	}
+	if _, err := io.ReadFull(br, hdr[4:]); err != nil {
+		return nil, nil, fmt.Errorf("%w: truncated request (%d bytes announced): %w", errBadRequest, size, err)
+	}
+	key, version := int16(binary.BigEndian.Uint16(hdr[4:])), int16(binary.BigEndian.Uint16(hdr[6:]))
+	if key == produceKey && version >= produceFirstStreamed && version <= apis[key].max {
+		return c.readProduce(br, hdr[4:], int(size)-8)
+	}
+	buf := make([]byte, size)
+	copy(buf, hdr[4:])
+	if _, err := io.ReadFull(br, buf[8:]); err != nil {
+		return nil, nil, fmt.Errorf("%w: truncated request (%d bytes announced): %w", errBadRequest, size, err)
+	}
+	return c.parse(buf)
+}
+
+// readProduce reads the rest of a Produce request (readProduce in
+// producereq.go), left bytes after its header's first 8 (hdr).
+func (c *conn) readProduce(br *bufio.Reader, hdr []byte, left int) (*slot, kmsg.Request, error) {
+	version := int16(binary.BigEndian.Uint16(hdr[2:]))
+	clientID, req, framed, err := readProduce(br, left, version)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: Produce v%d: %w", errBadRequest, version, err)
+	}
+	return &slot{key: produceKey, version: version, correlation: int32(binary.BigEndian.Uint32(hdr[4:])),
+		clientID: clientID, done: make(chan struct{}), framed: framed}, req, nil
 }
 
 // parse decodes a request. A request for an ApiVersions version we do not
