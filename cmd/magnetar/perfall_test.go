@@ -497,7 +497,8 @@ func TestPerfAllLatencyBound(t *testing.T) {
 
 // The produce goal compares with the disk's better 1 MiB bandwidth: with
 // O_DIRECT where it is higher, else through the page cache; it is
-// unattainable when a durable no-op broker's produce misses it too.
+// unattainable when a durable no-op broker's produce misses it too, and
+// Magnetar's is below that broker's.
 func TestPerfAllDiskLimit(t *testing.T) {
 	writes := func(mbps float64) *syncedWrites {
 		return &syncedWrites{Block: 1 << 20, Writes: int64(mbps), Elapsed: time.Duration(float64(time.Second) * 1.048576)}
@@ -522,6 +523,10 @@ func TestPerfAllDiskLimit(t *testing.T) {
 			"not met (unattainable here: the produce of a durable no-op broker is 400.00, 0.40 of 1 MiB O_DIRECT fsync'd writes; this is 0.75 of it)"},
 		{"ceiling over the goal", &benchResults{magnetar: produce, kfake: benchFigures{}, disk1MDirect: writes(1000),
 			noopKafka: benchFigures{loadProduce1: {Messages: 1, Bytes: 600e6, Elapsed: time.Second}}},
+			"0.30 of 1 MiB O_DIRECT fsync'd writes", "not met"},
+		// A durable no-op broker slower than Magnetar bounds nothing.
+		{"ceiling under the goal and under the figure", &benchResults{magnetar: produce, kfake: benchFigures{}, disk1MDirect: writes(1000),
+			noopKafka: benchFigures{loadProduce1: {Messages: 1, Bytes: 250e6, Elapsed: time.Second}}},
 			"0.30 of 1 MiB O_DIRECT fsync'd writes", "not met"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -599,6 +604,7 @@ func TestPerfAllProduceKFakeCeiling(t *testing.T) {
 			{"met", 220, 210, "met; -", "210.00"},
 			{"not met, ceiling under the goal", 150, 180, "not met (unattainable here: the produce of a durable no-op broker writing each byte twice is 180.00, 0.90 of the 200.00 compared with; this is 0.83 of it); -", "180.00"},
 			{"not met, ceiling over the goal", 150, 230, "not met; -", "230.00"},
+			{"not met, ceiling under the goal and under the figure", 150, 140, "not met; -", "140.00"},
 			{"not met, no ceiling", 150, 0, "not met; -", "-"},
 		})
 }
@@ -622,6 +628,7 @@ func TestPerfAllPulsarBatchCeiling(t *testing.T) {
 			{"met", 260, 300, "met", "300.00"},
 			{"not met, ceiling under the goal", 200, 230, "not met (unattainable here: the batched produce of a durable no-op broker is 230.00, 0.77 of the 300.00 compared with; this is 0.87 of it)", "230.00"},
 			{"not met, ceiling over the goal", 200, 280, "not met", "280.00"},
+			{"not met, ceiling under the goal and under the figure", 200, 190, "not met", "190.00"},
 			{"not met, no ceiling", 200, 0, "not met", "-"},
 		})
 }
