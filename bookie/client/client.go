@@ -80,6 +80,9 @@ type Client struct {
 	mu      sync.Mutex
 	writers map[*Writer]struct{}
 	closed  bool
+
+	roMu     sync.Mutex
+	readOnly map[string]time.Time // bookie → until when placement leaves it out (markReadOnly)
 }
 
 // New checks cfg and returns a client. Connections to bookies are made on
@@ -114,7 +117,8 @@ func New(cfg Config) (*Client, error) {
 	sweep = max(min(sweep, 500*time.Millisecond), 5*time.Millisecond)
 	log := cfg.Logger.With("component", "bookie-client")
 	return &Client{cfg: cfg, log: log, meta: cfg.Meta, ids: ids,
-		pool: newPool(cfg.DialTimeout, sweep, cfg.Dial, cfg.Local, log), writers: make(map[*Writer]struct{})}, nil
+		pool: newPool(cfg.DialTimeout, sweep, cfg.Dial, cfg.Local, log), writers: make(map[*Writer]struct{}),
+		readOnly: make(map[string]time.Time)}, nil
 }
 
 // Close closes the connections to bookies. Pending and later adds of this

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,6 +86,8 @@ type testBookie struct {
 	// damaged flips a payload byte of every entry-log read on the
 	// bookie's file system: its disk returns bytes other than written.
 	damaged *atomic.Bool
+	// full fails every write on the bookie's file system with ENOSPC.
+	full *atomic.Bool
 }
 
 // damagingFS is a file system whose entry-log files, while on is set,
@@ -105,6 +108,48 @@ func (fs damagingFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error)
 type damagingFile struct {
 	vfs.File
 	on *atomic.Bool
+}
+
+// fillingFS is a file system that, while full is set, fails every write
+// with ENOSPC, as a full disk does.
+type fillingFS struct {
+	vfs.FS
+	full *atomic.Bool
+}
+
+func (fs fillingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	if err != nil {
+		return f, err
+	}
+	return fillingFile{f, fs.full}, nil
+}
+
+func (fs fillingFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	if err != nil {
+		return f, err
+	}
+	return fillingFile{f, fs.full}, nil
+}
+
+type fillingFile struct {
+	vfs.File
+	full *atomic.Bool
+}
+
+func (f fillingFile) Write(p []byte) (int, error) {
+	if f.full.Load() {
+		return 0, syscall.ENOSPC
+	}
+	return f.File.Write(p)
+}
+
+func (f fillingFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.full.Load() {
+		return 0, syscall.ENOSPC
+	}
+	return f.File.WriteAt(p, off)
 }
 
 func (f damagingFile) ReadAt(p []byte, off int64) (int, error) {
@@ -192,8 +237,8 @@ func (cl *cluster) addBookie() *testBookie {
 	if cl.onDisk {
 		o.FS, o.Dir, o.NoSync = vfs.Default, t.TempDir(), true
 	}
-	damaged := new(atomic.Bool)
-	o.FS = damagingFS{o.FS, damaged}
+	damaged, full := new(atomic.Bool), new(atomic.Bool)
+	o.FS = damagingFS{fillingFS{o.FS, full}, damaged}
 	var bs *bookieStorage
 	o.Wrap = func(st *storage.Storage) bookie.Storage {
 		bs = &bookieStorage{Storage: st}
@@ -203,7 +248,7 @@ func (cl *cluster) addBookie() *testBookie {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &testBookie{Bookie: tb, addr: tb.Addr, storage: bs, damaged: damaged}
+	b := &testBookie{Bookie: tb, addr: tb.Addr, storage: bs, damaged: damaged, full: full}
 	cl.bookies = append(cl.bookies, b)
 	return b
 }

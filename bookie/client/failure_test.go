@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -402,4 +404,69 @@ func readMD(t *testing.T, ctx context.Context, cl *cluster, id int64) LedgerMeta
 		t.Fatal(err)
 	}
 	return md
+}
+
+// A bookie whose disk fills refuses adds as read-only: the writer moves
+// its ledger to another bookie, and the client leaves the read-only one
+// out of new ensembles. Once no writable bookie is left, creating a
+// ledger fails at once, saying why, without allocating an id.
+func TestReadOnlyBookieLeftOut(t *testing.T) { forTransports(t, testReadOnlyBookieLeftOut) }
+
+func testReadOnlyBookieLeftOut(t *testing.T, local bool) {
+	t.Parallel()
+	ctx := testCtx(t)
+	cl := newClusterOver(t, 2, local)
+	c := cl.client()
+	opts := LedgerOptions{EnsembleSize: 1, WriteQuorum: 1, AckQuorum: 1}
+	append1 := func(w *Writer, i int) error {
+		errc := make(chan error, 1)
+		w.Append(payload("ro", i), func(_ int64, err error) { errc <- err })
+		return <-errc
+	}
+	w, err := c.CreateLedger(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := append1(w, 0); err != nil {
+		t.Fatal(err)
+	}
+	first := ensembleBookie(cl, w, 0)
+	first.full.Store(true)
+	if err := append1(w, 1); err != nil {
+		t.Fatalf("append after the bookie's disk filled: %v (want it moved to the other bookie)", err)
+	}
+	other := ensembleBookie(cl, w, 0)
+	if other == first {
+		t.Fatalf("ledger still on the full bookie %s", first.addr)
+	}
+	for range 8 {
+		w2, err := c.CreateLedger(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := ensembleBookie(cl, w2, 0); b != other {
+			t.Fatalf("new ledger placed on %s, the read-only bookie is %s", b.addr, first.addr)
+		}
+	}
+
+	other.full.Store(true)
+	err = append1(w, 2)
+	if !errors.Is(err, ErrNotEnoughBookies) || !strings.Contains(err.Error(), "1 read-only") {
+		t.Fatalf("append with both bookies full: %v", err)
+	}
+	counter, _, err := cl.meta.Get(ctx, meta.LedgerIDCounterPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateLedger(ctx, opts)
+	if !errors.Is(err, ErrNotEnoughBookies) || !strings.Contains(err.Error(), "need 1, 0 available (2 registered, 2 read-only)") {
+		t.Fatalf("create with both bookies read-only: %v", err)
+	}
+	after, _, err := cl.meta.Get(ctx, meta.LedgerIDCounterPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(counter, after) {
+		t.Errorf("a refused create allocated a ledger id: counter %q, then %q", counter, after)
+	}
 }

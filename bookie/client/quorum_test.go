@@ -176,17 +176,25 @@ func TestChooseBookies(t *testing.T) {
 		return p
 	}
 	avail := []string{"a", "b", "c", "d"}
-	if got, err := chooseBookies(avail, []string{"b"}, 2, identity); err != nil || !slices.Equal(got, []string{"a", "c"}) {
+	if got, err := chooseBookies(avail, []string{"b"}, nil, 2, identity); err != nil || !slices.Equal(got, []string{"a", "c"}) {
 		t.Fatalf("%v %v", got, err)
 	}
-	if got, err := chooseBookies(avail, nil, 3, reverse); err != nil || !slices.Equal(got, []string{"d", "c", "b"}) {
+	if got, err := chooseBookies(avail, nil, nil, 3, reverse); err != nil || !slices.Equal(got, []string{"d", "c", "b"}) {
 		t.Fatalf("%v %v", got, err)
 	}
-	_, err := chooseBookies(avail, []string{"a", "b", "c"}, 2, identity)
+	_, err := chooseBookies(avail, []string{"a", "b", "c"}, nil, 2, identity)
 	if !errors.Is(err, ErrNotEnoughBookies) || !strings.Contains(err.Error(), "need 2, 1 available") {
 		t.Fatalf("%v", err)
 	}
-	if _, err := chooseBookies(nil, nil, 1, identity); !errors.Is(err, ErrNotEnoughBookies) {
+	if _, err := chooseBookies(nil, nil, nil, 1, identity); !errors.Is(err, ErrNotEnoughBookies) {
+		t.Fatalf("%v", err)
+	}
+	// Read-only bookies are left out, and the error says so.
+	if got, err := chooseBookies(avail, []string{"a"}, []string{"b", "x"}, 2, identity); err != nil || !slices.Equal(got, []string{"c", "d"}) {
+		t.Fatalf("%v %v", got, err)
+	}
+	_, err = chooseBookies(avail, []string{"a"}, []string{"b", "c"}, 2, identity)
+	if !errors.Is(err, ErrNotEnoughBookies) || !strings.Contains(err.Error(), "need 2, 1 available (4 registered, 1 excluded as already in the ensemble, 2 read-only)") {
 		t.Fatalf("%v", err)
 	}
 }

@@ -171,7 +171,7 @@ func (c *Client) ReplicateLedger(ctx context.Context, id int64, o ReplicateOptio
 		}
 		f := frags[0]
 		ens := cur.md.Ensembles[f.ensemble].Bookies
-		repl, err := chooseBookies(available, ens, len(f.positions), c.perm)
+		repl, err := chooseBookies(available, ens, c.readOnlyBookies(), len(f.positions), c.perm)
 		if err != nil {
 			return res, fmt.Errorf("bookie client: re-replicating ledger %d entries %d..%d from %v: %w",
 				id, f.first, f.last, lostOf(ens, f.positions), err)

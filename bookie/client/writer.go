@@ -338,6 +338,9 @@ func (w *Writer) bookieFailedLocked(addr string, err error) {
 	if w.err != nil || !slices.Contains(w.ensemble, addr) || slices.Contains(w.failed, addr) {
 		return
 	}
+	if errors.Is(err, wire.ErrReadOnly) {
+		w.c.markReadOnly(addr, err)
+	}
 	w.log.Warn("bookie failed during adds; replacing it", "bookie", addr, "err", err)
 	w.failed = append(w.failed, addr)
 	if !w.changing {

@@ -235,8 +235,10 @@ func (s *Storage) journalFailed(err error) error {
 	if errors.Is(err, journal.ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
-	s.fail(err)
-	return err
+	// The storage is read-only from now on, and the error says so (a
+	// client leaves a read-only bookie out of new ledgers), with the
+	// journal's error as its cause.
+	return s.fail(err)
 }
 
 // Fence marks the ledger fenced and calls done with its LAC and last entry
