@@ -1,6 +1,11 @@
 package ledger
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/magnetar-io/magnetar/bookie/client"
+	"github.com/magnetar-io/magnetar/bookie/wire"
+)
 
 // Errors. They come back wrapped, naming the managed ledger; test them
 // with errors.Is.
@@ -28,6 +33,14 @@ var (
 	// (a malformed list, an entry header whose offset does not continue
 	// its predecessor's). The message says where.
 	ErrCorrupt = errors.New("ledger: corrupt managed ledger")
+	// ErrNotEnoughBookies: too few writable bookies to create a ledger or
+	// to replace a failed one (the bookie client's error, for the layers
+	// above this one). The message says how many were needed and why the
+	// others were left out.
+	ErrNotEnoughBookies = client.ErrNotEnoughBookies
+	// ErrBookieReadOnly: a bookie refused a write because its storage is
+	// read-only (a failed or full disk; docs/bookies.md).
+	ErrBookieReadOnly = wire.ErrReadOnly
 	// ErrInvalidCursorName: a cursor name that is empty, contains "/" or
 	// does not make a valid metadata path.
 	ErrInvalidCursorName = errors.New("ledger: invalid cursor name")

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -110,48 +109,6 @@ type damagingFile struct {
 	on *atomic.Bool
 }
 
-// fillingFS is a file system that, while full is set, fails every write
-// with ENOSPC, as a full disk does.
-type fillingFS struct {
-	vfs.FS
-	full *atomic.Bool
-}
-
-func (fs fillingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	if err != nil {
-		return f, err
-	}
-	return fillingFile{f, fs.full}, nil
-}
-
-func (fs fillingFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	f, err := fs.FS.OpenReadWrite(name, c, opts...)
-	if err != nil {
-		return f, err
-	}
-	return fillingFile{f, fs.full}, nil
-}
-
-type fillingFile struct {
-	vfs.File
-	full *atomic.Bool
-}
-
-func (f fillingFile) Write(p []byte) (int, error) {
-	if f.full.Load() {
-		return 0, syscall.ENOSPC
-	}
-	return f.File.Write(p)
-}
-
-func (f fillingFile) WriteAt(p []byte, off int64) (int, error) {
-	if f.full.Load() {
-		return 0, syscall.ENOSPC
-	}
-	return f.File.WriteAt(p, off)
-}
-
 func (f damagingFile) ReadAt(p []byte, off int64) (int, error) {
 	n, err := f.File.ReadAt(p, off)
 	if n > 0 && f.on.Load() {
@@ -237,8 +194,9 @@ func (cl *cluster) addBookie() *testBookie {
 	if cl.onDisk {
 		o.FS, o.Dir, o.NoSync = vfs.Default, t.TempDir(), true
 	}
-	damaged, full := new(atomic.Bool), new(atomic.Bool)
-	o.FS = damagingFS{fillingFS{o.FS, full}, damaged}
+	damaged := new(atomic.Bool)
+	filling, full := bookietest.NewFillingFS(o.FS)
+	o.FS = damagingFS{filling, damaged}
 	var bs *bookieStorage
 	o.Wrap = func(st *storage.Storage) bookie.Storage {
 		bs = &bookieStorage{Storage: st}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/bookie/client"
 	"github.com/magnetar-io/magnetar/broker"
@@ -31,6 +33,8 @@ type Options struct {
 	// Local has the bookie client call the bookie in-process, as the
 	// standalone's does, instead of over loopback.
 	Local bool
+	// BookieFS is the bookie's file system (default: in memory).
+	BookieFS vfs.FS
 }
 
 // Stack is a running broker and what it stands on.
@@ -57,7 +61,7 @@ func Start(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	bk, err := bookietest.Start(store, bookietest.Options{Dir: "/b1", NoSync: true, Logger: log})
+	bk, err := bookietest.Start(store, bookietest.Options{FS: o.BookieFS, Dir: "/b1", NoSync: true, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

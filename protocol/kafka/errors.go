@@ -20,6 +20,7 @@ const (
 	errMessageTooLarge          int16 = 10
 	errInvalidTopic             int16 = 17
 	errRecordListTooLarge       int16 = 18
+	errNotEnoughReplicas        int16 = 19
 	errInvalidRequiredAcks      int16 = 21
 	errUnsupportedVersion       int16 = 35
 	errTopicAlreadyExists       int16 = 36
@@ -74,6 +75,16 @@ func errCode(err error) int16 {
 		return errRequestTimedOut
 	case errors.Is(err, ledger.ErrCorrupt):
 		return errKafkaStorage
+	case errors.Is(err, ledger.ErrBookieReadOnly):
+		// The bookie's disk failed or filled: Kafka's answer for a log
+		// directory it cannot write. Retriable: the producer retries
+		// (until its delivery timeout), the ledger moves to a writable
+		// bookie if there is one.
+		return errKafkaStorage
+	case errors.Is(err, ledger.ErrNotEnoughBookies):
+		// Too few writable bookies for the write quorum: Kafka's answer
+		// when the in-sync replicas are too few. Retriable.
+		return errNotEnoughReplicas
 	}
 	return errUnknownServer
 }

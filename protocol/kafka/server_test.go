@@ -17,6 +17,7 @@ import (
 
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/broker/brokertest"
+	"github.com/magnetar-io/magnetar/meta/local"
 )
 
 func testLogger() *slog.Logger {
@@ -29,6 +30,7 @@ func testLogger() *slog.Logger {
 type testServer struct {
 	addr   string
 	broker *broker.Broker
+	meta   *local.Store
 	srv    *Server
 }
 
@@ -40,7 +42,8 @@ func startServer(t testing.TB, tweak func(*Config)) *testServer {
 // startServerOn is startServer on a broker started with o.
 func startServerOn(t testing.TB, o brokertest.Options, tweak func(*Config)) *testServer {
 	t.Helper()
-	b := brokertest.Start(t, o).Broker
+	stack := brokertest.Start(t, o)
+	b := stack.Broker
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +64,7 @@ func startServerOn(t testing.TB, o brokertest.Options, tweak func(*Config)) *tes
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	return &testServer{addr: ln.Addr().String(), broker: b, srv: srv}
+	return &testServer{addr: ln.Addr().String(), broker: b, meta: stack.Meta, srv: srv}
 }
 
 // client speaks the Kafka framing over one connection.
