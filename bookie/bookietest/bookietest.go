@@ -12,11 +12,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/bookie/storage"
@@ -137,50 +137,15 @@ func (b *Bookie) EntryLogBytes() (int64, error) {
 	return n, nil
 }
 
-// FillingFS is a file system that, while Full is set, fails every write
-// with ENOSPC, as a full disk does: a bookie on it turns read-only.
-type FillingFS struct {
-	vfs.FS
-	Full *atomic.Bool
-}
-
-// NewFillingFS wraps fs; the disk fills when the returned flag is set.
-func NewFillingFS(fs vfs.FS) (FillingFS, *atomic.Bool) {
-	full := new(atomic.Bool)
-	return FillingFS{fs, full}, full
-}
-
-func (fs FillingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	if err != nil {
-		return f, err
-	}
-	return fillingFile{f, fs.Full}, nil
-}
-
-func (fs FillingFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	f, err := fs.FS.OpenReadWrite(name, c, opts...)
-	if err != nil {
-		return f, err
-	}
-	return fillingFile{f, fs.Full}, nil
-}
-
-type fillingFile struct {
-	vfs.File
-	full *atomic.Bool
-}
-
-func (f fillingFile) Write(p []byte) (int, error) {
-	if f.full.Load() {
-		return 0, syscall.ENOSPC
-	}
-	return f.File.Write(p)
-}
-
-func (f fillingFile) WriteAt(p []byte, off int64) (int, error) {
-	if f.full.Load() {
-		return 0, syscall.ENOSPC
-	}
-	return f.File.WriteAt(p, off)
+// FullDisk wraps fs in a file system whose file writes fail with ENOSPC,
+// as a full disk's do, while the returned toggle is on: a bookie on it
+// turns read-only.
+func FullDisk(fs vfs.FS) (vfs.FS, *errorfs.Toggle) {
+	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	return errorfs.Wrap(fs, full), full
 }

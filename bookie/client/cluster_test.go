@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/magnetar-io/magnetar/bookie"
 	"github.com/magnetar-io/magnetar/bookie/bookietest"
@@ -85,8 +86,9 @@ type testBookie struct {
 	// damaged flips a payload byte of every entry-log read on the
 	// bookie's file system: its disk returns bytes other than written.
 	damaged *atomic.Bool
-	// full fails every write on the bookie's file system with ENOSPC.
-	full *atomic.Bool
+	// full, while on, fails every write on the bookie's file system
+	// with ENOSPC.
+	full *errorfs.Toggle
 }
 
 // damagingFS is a file system whose entry-log files, while on is set,
@@ -195,7 +197,7 @@ func (cl *cluster) addBookie() *testBookie {
 		o.FS, o.Dir, o.NoSync = vfs.Default, t.TempDir(), true
 	}
 	damaged := new(atomic.Bool)
-	filling, full := bookietest.NewFillingFS(o.FS)
+	filling, full := bookietest.FullDisk(o.FS)
 	o.FS = damagingFS{filling, damaged}
 	var bs *bookieStorage
 	o.Wrap = func(st *storage.Storage) bookie.Storage {

@@ -431,7 +431,7 @@ func testReadOnlyBookieLeftOut(t *testing.T, local bool) {
 		t.Fatal(err)
 	}
 	first := ensembleBookie(cl, w, 0)
-	first.full.Store(true)
+	first.full.On()
 	if err := append1(w, 1); err != nil {
 		t.Fatalf("append after the bookie's disk filled: %v (want it moved to the other bookie)", err)
 	}
@@ -449,7 +449,7 @@ func testReadOnlyBookieLeftOut(t *testing.T, local bool) {
 		}
 	}
 
-	other.full.Store(true)
+	other.full.On()
 	err = append1(w, 2)
 	if !errors.Is(err, ErrNotEnoughBookies) || !strings.Contains(err.Error(), "1 read-only") {
 		t.Fatalf("append with both bookies full: %v", err)

@@ -17,12 +17,10 @@ import (
 // needed and available, and why the others were left out.
 func chooseBookies(available, exclude, readOnly []string, n int, perm func(k int) []int) ([]string, error) {
 	candidates := make([]string, 0, len(available))
-	excluded, refusing := 0, 0
+	refusing := 0
 	for _, b := range available {
 		switch {
-		case slices.Contains(candidates, b):
-		case slices.Contains(exclude, b):
-			excluded++
+		case slices.Contains(candidates, b), slices.Contains(exclude, b):
 		case slices.Contains(readOnly, b):
 			refusing++
 		default:

@@ -38,14 +38,14 @@ func TestErrCodeStorage(t *testing.T) {
 // KAFKA_STORAGE_ERROR), and retries neither succeed nor create a ledger
 // each; what was acknowledged before reads back.
 func TestProduceOnFullDisk(t *testing.T) {
-	fs, full := bookietest.NewFillingFS(vfs.NewMem())
+	fs, full := bookietest.FullDisk(vfs.NewMem())
 	s := startServerOn(t, brokertest.Options{Bootstrap: true, Local: true, BookieFS: fs}, nil)
 	c := s.dial(t)
 	createTopic(t, c, "full", 1)
 	if p := produce(t, c, "full", plainBatch("a", "b")); p.ErrorCode != 0 {
 		t.Fatalf("produce before the disk filled: error %d %v", p.ErrorCode, p.ErrorMessage)
 	}
-	full.Store(true)
+	full.On()
 	retriable := func(code int16) bool { return code == errNotEnoughReplicas || code == errKafkaStorage }
 	if p := produce(t, c, "full", plainBatch("c")); !retriable(p.ErrorCode) {
 		t.Fatalf("produce on a full disk: error %d %v, want %d or %d", p.ErrorCode, str(p.ErrorMessage), errNotEnoughReplicas, errKafkaStorage)
