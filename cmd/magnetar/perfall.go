@@ -1417,7 +1417,7 @@ func (b *benchRun) pulsarProduce(ctx context.Context, client pulsar.Client, topi
 	}
 	defer p.Close()
 	fmt.Fprintf(b.out, "topic %s, batching %t\n%s\n", topic, batching, pulsarProgressHeader)
-	res := runProduce(ctx, []asyncSender{p}, b.produceLoad(rate), func(iv pulsarInterval) { printPulsarInterval(b.out, iv) })
+	res := runProduce(ctx, pulsarSenders(p), b.produceLoad(rate), func(iv pulsarInterval) { printPulsarInterval(b.out, iv) })
 	return res, b.produced(res, rate)
 }
 
@@ -1471,10 +1471,7 @@ func (b *benchRun) pulsarTopics(ctx context.Context, client pulsar.Client) (crea
 	if err != nil || ctx.Err() != nil {
 		return created, nil, err
 	}
-	senders := make([]asyncSender, n)
-	for i, p := range producers {
-		senders[i] = p
-	}
+	senders := pulsarSenders(producers...)
 	fmt.Fprintf(b.out, "publishing %g msg/s over %d topics\n%s\n", b.cfg.TopicsRate, n, pulsarProgressHeader)
 	res = runProduce(ctx, senders, b.produceLoad(b.cfg.TopicsRate), func(iv pulsarInterval) { printPulsarInterval(b.out, iv) })
 	return created, res, b.produced(res, b.cfg.TopicsRate)
@@ -1804,18 +1801,7 @@ func resetPeakRSS(pid int) error {
 
 // --- end-to-end latency ------------------------------------------------------
 
-// stampedSender sends a copy of each payload with its first 8 bytes set
-// to the send time (Unix nanoseconds, big-endian), for end-to-end latency.
-type stampedSender struct{ asyncSender }
-
-func (s stampedSender) SendAsync(ctx context.Context, msg *pulsar.ProducerMessage, done func(pulsar.MessageID, *pulsar.ProducerMessage, error)) {
-	p := make([]byte, len(msg.Payload))
-	copy(p, msg.Payload)
-	binary.BigEndian.PutUint64(p, uint64(time.Now().UnixNano()))
-	s.asyncSender.SendAsync(ctx, &pulsar.ProducerMessage{Payload: p}, done)
-}
-
-// sentAt is the send time stampedSender wrote into payload.
+// sentAt is the send time a produce load with Stamp wrote into payload.
 func sentAt(payload []byte) (time.Time, bool) {
 	if len(payload) < 8 {
 		return time.Time{}, false
@@ -1857,7 +1843,9 @@ func (b *benchRun) runE2E(ctx context.Context, sender asyncSender, tail tailFunc
 	}()
 	fmt.Fprintln(b.out, e2eProgressHeader)
 	finish := reportEvery(m, b.cfg.Interval, func(iv pulsarInterval) { printPulsarInterval(b.out, iv) })
-	sent := runProduce(ctx, []asyncSender{stampedSender{sender}}, b.produceLoad(rate), func(pulsarInterval) {})
+	load := b.produceLoad(rate)
+	load.Stamp = true
+	sent := runProduce(ctx, []asyncSender{sender}, load, func(pulsarInterval) {})
 	all := awaitCount(ctx, &received, sent.Total, b.drain)
 	stopTail()
 	<-tailed
@@ -1978,7 +1966,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 			}
 		}
 	}
-	return b.runE2E(ctx, producer, tail, rate)
+	return b.runE2E(ctx, pulsarSender{producer}, tail, rate)
 }
 
 // --- the table -------------------------------------------------------------------

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -523,12 +524,8 @@ func (a *app) perfProduce(cfg perfProduceConfig) error {
 			producers = append(producers, p)
 		}
 	}
-	senders := make([]asyncSender, len(producers))
-	for i, p := range producers {
-		senders[i] = p
-	}
 	fmt.Fprintln(out, pulsarProgressHeader)
-	res := runProduce(ctx, senders, produceLoad{
+	res := runProduce(ctx, pulsarSenders(producers...), produceLoad{
 		MessageSize: cfg.MessageSize,
 		Duration:    cfg.Duration,
 		Warmup:      cfg.Warmup,
@@ -733,11 +730,45 @@ func reportEvery(m *pulsarMeter, d time.Duration, report func(pulsarInterval)) (
 	}
 }
 
-// asyncSender is what the produce load needs of a producer
-// (pulsar.Producer): asynchronous sends, each of whose callbacks is called
-// once, on any goroutine.
+// asyncSender is what the produce load needs of a producer: sends that
+// do not wait. send sends s.payload and calls s.finish exactly once, on
+// any goroutine, when the message is acknowledged or failed; from then
+// on the payload and the slot are the load's again.
 type asyncSender interface {
-	SendAsync(ctx context.Context, msg *pulsar.ProducerMessage, done func(pulsar.MessageID, *pulsar.ProducerMessage, error))
+	send(s *sendSlot)
+}
+
+// sendSlot is one message in flight. The produce load has MaxPending of
+// them and reuses each for message after message, so that a send costs
+// the load no allocation. A sender may keep its own per-slot state in
+// state (the Kafka sender keeps the record and its promise there).
+type sendSlot struct {
+	payload []byte
+	due     time.Time // when the message was to go (open loop), or went
+	sent    time.Time // when it went
+	finish  func(err error)
+	state   any
+}
+
+// pulsarSender sends through a Pulsar producer.
+type pulsarSender struct{ p pulsar.Producer }
+
+func (ps pulsarSender) send(s *sendSlot) {
+	done, _ := s.state.(func(pulsar.MessageID, *pulsar.ProducerMessage, error))
+	if done == nil {
+		done = func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { s.finish(err) }
+		s.state = done
+	}
+	ps.p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: s.payload}, done)
+}
+
+// pulsarSenders adapts producers to the produce load.
+func pulsarSenders(producers ...pulsar.Producer) []asyncSender {
+	senders := make([]asyncSender, len(producers))
+	for i, p := range producers {
+		senders[i] = pulsarSender{p}
+	}
+	return senders
 }
 
 // produceLoad describes the sends of a produce run.
@@ -752,6 +783,10 @@ type produceLoad struct {
 	Rate       float64
 	MaxPending int
 	Interval   time.Duration // between progress reports
+	// Stamp gives each message its own copy of the payload with its
+	// first 8 bytes set to its send time (Unix nanoseconds, big-endian),
+	// for end-to-end latency (sentAt reads it).
+	Stamp bool
 }
 
 // runProduce sends messages round robin over senders as cfg says until
@@ -777,9 +812,26 @@ func runProduce(ctx context.Context, senders []asyncSender, cfg produceLoad, rep
 	finish := reportEvery(m, cfg.Interval, report)
 	var lag latencyHist // the send loop's own
 
-	// Invariant: a slot is held from just before a SendAsync until its
-	// callback; filling every slot therefore waits for every send.
-	slots := make(chan struct{}, cfg.MaxPending)
+	// Invariant: a slot is in free from its finish until the loop takes
+	// it for a send; having every slot back therefore waits for every
+	// send.
+	free := make(chan *sendSlot, max(cfg.MaxPending, 1))
+	for range cap(free) {
+		s := &sendSlot{payload: payload}
+		if cfg.Stamp {
+			s.payload = slices.Clone(payload)
+		}
+		s.finish = func(err error) {
+			now := time.Now()
+			if err != nil {
+				m.fail(err)
+			} else {
+				m.done(now, now.Sub(s.due), len(s.payload))
+			}
+			free <- s
+		}
+		free <- s
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 send:
@@ -799,8 +851,9 @@ send:
 				}
 			}
 		}
+		var s *sendSlot
 		select {
-		case slots <- struct{}{}:
+		case s = <-free:
 		case <-lctx.Done():
 			break send
 		}
@@ -809,22 +862,15 @@ send:
 			due = now
 		}
 		lag.Record(now.Sub(due))
-		// The context only bounds the call, which the slots keep from
-		// blocking; a signal must not fail the sends under way.
-		senders[i%len(senders)].SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: payload},
-			func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-				now := time.Now()
-				if err != nil {
-					m.fail(err)
-				} else {
-					m.done(now, now.Sub(due), len(payload))
-				}
-				<-slots
-			})
+		s.due, s.sent = due, now
+		if cfg.Stamp {
+			binary.BigEndian.PutUint64(s.payload, uint64(now.UnixNano()))
+		}
+		senders[i%len(senders)].send(s)
 	}
 	timer.Stop()
-	for range cap(slots) { // wait for the sends outstanding
-		slots <- struct{}{}
+	for range cap(free) { // wait for the sends outstanding
+		<-free
 	}
 	finish()
 	res := m.result()

@@ -193,8 +193,8 @@ func TestPulsarMeter(t *testing.T) {
 // the writer's goroutine.
 type fakeSender struct{ w *fakeWriter }
 
-func (s fakeSender) SendAsync(_ context.Context, msg *pulsar.ProducerMessage, done func(pulsar.MessageID, *pulsar.ProducerMessage, error)) {
-	s.w.Append(msg.Payload, func(_ int64, err error) { done(nil, msg, err) })
+func (f fakeSender) send(s *sendSlot) {
+	f.w.Append(s.payload, func(_ int64, err error) { s.finish(err) })
 }
 
 func collectPulsar() (func(pulsarInterval), func() []pulsarInterval) {
