@@ -1257,7 +1257,7 @@ func (b *benchRun) kafkaConfig(topic string, partitions int, load string, rate f
 	return perfKafkaConfig{
 		Topic: topic, Partitions: partitions, Loads: []string{load}, RecordSize: benchMessageSize,
 		Duration: b.cfg.Duration, Warmup: b.cfg.Warmup, Rate: rate, MaxBuffered: benchMaxPending,
-		Acks: "all", Compression: "none", Interval: b.cfg.Interval,
+		DeliveryTimeout: 30 * time.Second, Acks: "all", Compression: "none", Interval: b.cfg.Interval,
 	}
 }
 

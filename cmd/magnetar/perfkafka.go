@@ -37,6 +37,7 @@ var perfKafkaSettings = []setting{
 	{"perf-warmup", "1s", "duration", "first part of the produce and latency loads, left out of their summaries"},
 	{"perf-kafka-rate", "5000", "records/s", "latency load: open loop at this many records/s, no linger; 0: closed loop with no linger"},
 	{"perf-kafka-max-buffered", "10000", "count", "most records produced and not yet acknowledged at once (also the client's MaxBufferedRecords)"},
+	{"perf-kafka-delivery-timeout", "30s", "duration", "a record not acknowledged this long after it was produced fails (Kafka's delivery.timeout.ms), so a broker refusing every batch with a retriable error ends the load with an error rather than keeping it retrying"},
 	{"perf-kafka-acks", "all", "acks", "produce acks: all (with the idempotent producer) or leader (idempotence off)"},
 	{"perf-kafka-compression", "none", "codec", "batch compression: none, gzip, snappy, lz4 or zstd"},
 	{"perf-kafka-kfake", "false", "bool", "also run the loads against an in-process kfake cluster and print both with the ratios"},
@@ -117,21 +118,24 @@ with what was measured; a second signal exits at once.
 
 // perfKafkaConfig is the checked configuration of `magnetar perf kafka`.
 type perfKafkaConfig struct {
-	Bootstrap    []string
-	Topic        string
-	Partitions   int
-	Loads        []string // a subsequence of perfKafkaLoads
-	RecordSize   int
-	Duration     time.Duration
-	Warmup       time.Duration
-	Rate         float64 // latency load; 0: closed loop
-	MaxBuffered  int
-	Acks         string // a key of kafkaAcks
-	Compression  string // a key of kafkaCompression
-	KFake        bool
-	DataDir      string        // disk baseline's parent directory; "" is os.TempDir()
-	DiskDuration time.Duration // 0: no disk baseline
-	Interval     time.Duration // between progress lines
+	Bootstrap   []string
+	Topic       string
+	Partitions  int
+	Loads       []string // a subsequence of perfKafkaLoads
+	RecordSize  int
+	Duration    time.Duration
+	Warmup      time.Duration
+	Rate        float64 // latency load; 0: closed loop
+	MaxBuffered int
+	// DeliveryTimeout fails a record not acknowledged this long after
+	// it was produced.
+	DeliveryTimeout time.Duration
+	Acks            string // a key of kafkaAcks
+	Compression     string // a key of kafkaCompression
+	KFake           bool
+	DataDir         string        // disk baseline's parent directory; "" is os.TempDir()
+	DiskDuration    time.Duration // 0: no disk baseline
+	Interval        time.Duration // between progress lines
 }
 
 func resolvePerfKafka(sv *settingValues) (perfKafkaConfig, error) {
@@ -170,6 +174,9 @@ func resolvePerfKafka(sv *settingValues) (perfKafkaConfig, error) {
 		return cfg, fmt.Errorf("perf-warmup %s, perf-duration %s: the warm-up must be shorter than the run", cfg.Warmup, cfg.Duration)
 	}
 	if cfg.Rate, err = check(sv, s("perf-kafka-rate"), parseRateOf("records")); err != nil {
+		return cfg, err
+	}
+	if cfg.DeliveryTimeout, err = check(sv, s("perf-kafka-delivery-timeout"), parsePositiveDuration); err != nil {
 		return cfg, err
 	}
 	if cfg.Acks, err = check(sv, s("perf-kafka-acks"), parseChoice(kafkaAcks)); err != nil {
@@ -429,6 +436,7 @@ func kafkaProducerOpts(cfg perfKafkaConfig) []kgo.Opt {
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.MaxBufferedRecords(cfg.MaxBuffered),
 		kgo.ProducerBatchCompression(kafkaCompression[cfg.Compression]),
+		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
 	}
 	if cfg.Acks == "leader" {
 		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
@@ -488,7 +496,11 @@ func runKafkaProduce(ctx context.Context, out io.Writer, opts []kgo.Opt, cfg per
 			ms(res.SendLag.Quantile(0.5)), ms(res.SendLag.Quantile(0.99)), ms(res.SendLag.Max()))
 	}
 	fmt.Fprintf(out, "produced: %d records, %d acknowledged, %d failed\n", res.Sent, res.Total, res.Failed)
-	if res.Failed > 0 {
+	switch {
+	case res.Failed > 0 && errors.Is(res.FirstErr, kgo.ErrRecordTimeout):
+		return res, fmt.Errorf("%d of %d records failed: not acknowledged within perf-kafka-delivery-timeout (%s); the broker's log says why: %w",
+			res.Failed, res.Sent, cfg.DeliveryTimeout, res.FirstErr)
+	case res.Failed > 0:
 		return res, fmt.Errorf("%d of %d records failed; the first: %w", res.Failed, res.Sent, res.FirstErr)
 	}
 	return res, nil

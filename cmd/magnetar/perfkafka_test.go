@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func TestResolvePerfKafka(t *testing.T) {
@@ -24,7 +26,7 @@ func TestResolvePerfKafka(t *testing.T) {
 		Bootstrap: []string{"127.0.0.1:9092"}, Topic: "perf-kafka", Partitions: 4,
 		Loads: []string{"produce", "consume", "latency"}, RecordSize: 1024,
 		Duration: 10 * time.Second, Warmup: time.Second, Rate: 5000, MaxBuffered: 10000,
-		Acks: "all", Compression: "none", DiskDuration: 5 * time.Second, Interval: time.Second,
+		DeliveryTimeout: 30 * time.Second, Acks: "all", Compression: "none", DiskDuration: 5 * time.Second, Interval: time.Second,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", cfg, want)
@@ -35,13 +37,15 @@ func TestResolvePerfKafka(t *testing.T) {
 		"--perf-kafka-bootstrap", "a:1, b:2", "--perf-kafka-topic", "t", "--perf-kafka-partitions", "2",
 		"--perf-kafka-loads", "latency,PRODUCE", "--perf-message-size", "100", "--perf-duration", "3s",
 		"--perf-warmup", "0", "--perf-kafka-max-buffered", "5", "--perf-kafka-acks", "leader",
+		"--perf-kafka-delivery-timeout", "2m",
 		"--perf-kafka-compression", "ZSTD", "--perf-kafka-kfake=true", "--data-dir", "/d", "--perf-disk-duration", "0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = perfKafkaConfig{
 		Bootstrap: []string{"a:1", "b:2"}, Topic: "t", Partitions: 2, Loads: []string{"produce", "latency"},
-		RecordSize: 100, Duration: 3 * time.Second, MaxBuffered: 5, Acks: "leader", Compression: "zstd",
+		RecordSize: 100, Duration: 3 * time.Second, MaxBuffered: 5, DeliveryTimeout: 2 * time.Minute,
+		Acks: "leader", Compression: "zstd",
 		KFake: true, DataDir: "/d", Interval: time.Second,
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -237,4 +241,52 @@ func TestPerfKafka(t *testing.T) {
 			t.Errorf("exit %d, stderr %q, produced %q; want exit %d, failed records", r.code, r.stderr, p, exitRuntime)
 		}
 	})
+}
+
+// TestPerfKafkaRefusedProduceEnds: a broker that refuses every batch with
+// a retriable error (as Magnetar does when its bookies cannot take it)
+// ends the produce load with an error once perf-kafka-delivery-timeout
+// has passed, instead of retrying for ever.
+func TestPerfKafkaRefusedProduceEnds(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "refused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			t := kmsg.NewProduceResponseTopic()
+			t.Topic, t.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewProduceResponseTopicPartition()
+				p.Partition, p.ErrorCode = rp.Partition, kerr.NotEnoughReplicas.Code
+				t.Partitions = append(t.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+		return resp, nil, true
+	})
+	cfg := perfKafkaConfig{
+		Bootstrap: c.ListenAddrs(), Topic: "refused", Partitions: 1, Loads: []string{"produce"},
+		RecordSize: 100, Duration: 300 * time.Millisecond, MaxBuffered: 100, Acks: "all", Compression: "none",
+		DeliveryTimeout: time.Second, Interval: 100 * time.Millisecond,
+	}
+	var out syncBuffer
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- runPerfKafka(context.Background(), &out, cfg, slog.New(slog.DiscardHandler)) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not acknowledged within perf-kafka-delivery-timeout (1s)") {
+			t.Errorf("error %v, want the records' timeout\n%s", err, out.String())
+		}
+		if el := time.Since(start); el < time.Second {
+			t.Errorf("ended after %v, before the delivery timeout", el)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the load did not end within 30 s of a broker refusing every batch\n%s", out.String())
+	}
 }
