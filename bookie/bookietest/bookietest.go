@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,8 +40,8 @@ type Options struct {
 	Wrap func(*storage.Storage) bookie.Storage
 }
 
-// Bookie is a running test bookie. Checkpoints and GC run only when the
-// test calls them on Storage.
+// Bookie is a running test bookie. Checkpoints, GC and disk checks run
+// only when the test calls them on Storage.
 type Bookie struct {
 	Addr    string
 	Storage *storage.Storage
@@ -67,7 +68,7 @@ func Start(store meta.Store, o Options) (*Bookie, error) {
 		o.Addr = "127.0.0.1:0"
 	}
 	st, err := storage.Open(storage.Options{FS: o.FS, Dir: o.Dir, NoSync: o.NoSync,
-		CheckpointInterval: -1, GCInterval: -1, EntryLogMaxSize: o.EntryLogMaxSize, Logger: o.Logger})
+		CheckpointInterval: -1, GCInterval: -1, DiskCheckInterval: -1, EntryLogMaxSize: o.EntryLogMaxSize, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +136,24 @@ func (b *Bookie) EntryLogBytes() (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// DiskUsage wraps fs in a file system whose disk usage is the returned
+// value, in thousandths of the disk: a bookie on it refuses adds once a
+// disk check (Storage.CheckDisks) finds it above the threshold.
+func DiskUsage(fs vfs.FS) (vfs.FS, *atomic.Uint64) {
+	u := &usageFS{FS: fs}
+	return u, &u.used
+}
+
+type usageFS struct {
+	vfs.FS
+	used atomic.Uint64
+}
+
+func (f *usageFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	u := min(f.used.Load(), 1000)
+	return vfs.DiskUsage{TotalBytes: 1000, UsedBytes: u, AvailBytes: 1000 - u}, nil
 }
 
 // FullDisk wraps fs in a file system whose file writes fail with ENOSPC,

@@ -100,6 +100,10 @@
 // of acknowledged entries it could not apply fail with ErrReadOnly; no
 // checkpoint covers them, so a restart replays them.
 //
+// A disk fuller than Options.DiskUsageThreshold makes adds fail with
+// ErrReadOnly too, but only until it is back under
+// DiskUsageWarnThreshold: nothing failed, and nothing is lost (disk.go).
+//
 // # Garbage collection
 //
 // GC (every GCInterval, or GC) removes finished entry logs whose ledgers

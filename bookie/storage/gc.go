@@ -128,6 +128,11 @@ func (s *Storage) gc() error {
 		}
 	}
 
+	if err := s.diskFull(); err != nil && len(compact) > 0 {
+		// Compaction needs room for the copies; removing dead logs does not.
+		s.logger.Warn("storage: gc: compaction skipped while the disk is above its usage threshold", "logs", len(compact), "err", err)
+		compact = nil
+	}
 	var errs []error
 	for _, id := range compact {
 		err := s.compact(id, metas[id], isDeleted)

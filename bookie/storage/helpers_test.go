@@ -32,6 +32,7 @@ func testOptions(fs vfs.FS) Options {
 		Dir:                memDir,
 		CheckpointInterval: -1,
 		GCInterval:         -1,
+		DiskCheckInterval:  -1,
 		Logger:             discardLogger,
 	}
 }

@@ -18,6 +18,10 @@ const (
 	DefaultGCInterval         = 60 * time.Second
 	DefaultGCMinLiveRatio     = 0.5
 	DefaultWriteBufferSize    = 1 << 20
+
+	DefaultDiskUsageThreshold     = 0.95
+	DefaultDiskUsageWarnThreshold = 0.90
+	DefaultDiskCheckInterval      = 10 * time.Second
 )
 
 // MinEntryLogPageCacheKeep is the least Options.EntryLogPageCacheKeep
@@ -74,6 +78,18 @@ type Options struct {
 	// negative disables compaction (logs with no live bytes are still
 	// deleted). At most 1.
 	GCMinLiveRatio float64
+	// DiskUsageThreshold: above this share of a directory's file system
+	// used, adds are refused (ErrReadOnly) until the usage is back at or
+	// below DiskUsageWarnThreshold (disk.go). 0 uses the default (0.95);
+	// 1 never refuses.
+	DiskUsageThreshold float64
+	// DiskUsageWarnThreshold: above it a warning is logged; it is also the
+	// low-water mark under which a full disk takes adds again. 0 uses the
+	// default (0.90); at most DiskUsageThreshold.
+	DiskUsageWarnThreshold float64
+	// DiskCheckInterval between disk usage checks. 0 uses the default
+	// (10 s); negative disables the loop (call CheckDisks).
+	DiskCheckInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -118,6 +134,22 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.GCMinLiveRatio > 1 {
 		return o, errors.New("storage: Options.GCMinLiveRatio above 1")
+	}
+	if o.DiskUsageThreshold == 0 {
+		o.DiskUsageThreshold = DefaultDiskUsageThreshold
+	}
+	if o.DiskUsageWarnThreshold == 0 {
+		o.DiskUsageWarnThreshold = min(DefaultDiskUsageWarnThreshold, o.DiskUsageThreshold)
+	}
+	if o.DiskUsageThreshold < 0 || o.DiskUsageThreshold > 1 {
+		return o, fmt.Errorf("storage: Options.DiskUsageThreshold %g: want a share of the disk, above 0 and at most 1", o.DiskUsageThreshold)
+	}
+	if o.DiskUsageWarnThreshold < 0 || o.DiskUsageWarnThreshold > o.DiskUsageThreshold {
+		return o, fmt.Errorf("storage: Options.DiskUsageWarnThreshold %g: want a share of the disk, above 0 and at most DiskUsageThreshold (%g)",
+			o.DiskUsageWarnThreshold, o.DiskUsageThreshold)
+	}
+	if o.DiskCheckInterval == 0 {
+		o.DiskCheckInterval = DefaultDiskCheckInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -53,6 +53,12 @@ func Open(opts Options) (*Storage, error) {
 	if o.GCInterval > 0 {
 		s.startLoop("gc", o.GCInterval, nil, s.GC)
 	}
+	// Before the first add: a bookie started on a full disk refuses adds
+	// from the start.
+	s.checkDisks()
+	if o.DiskCheckInterval > 0 {
+		s.startLoop("disk check", o.DiskCheckInterval, nil, s.checkDisks)
+	}
 	return s, nil
 }
 

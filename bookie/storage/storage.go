@@ -70,6 +70,10 @@ type Storage struct {
 	failMu sync.Mutex
 	failed error
 
+	// disk is what the last disk usage check found (disk.go).
+	diskMu sync.Mutex
+	disk   diskState
+
 	ledgersMu sync.Mutex
 	ledgers   map[int64]*ledgerState
 	// pendingFences and pendingDeletes count, by ledger, the fences and
@@ -184,6 +188,9 @@ func (s *Storage) appendAdd(h entry.Header, e []byte, recovery bool, done func(e
 	s.opMu.RLock()
 	defer s.opMu.RUnlock()
 	if err := s.mutable(); err != nil {
+		return err
+	}
+	if err := s.diskFull(); err != nil {
 		return err
 	}
 	s.orderMu.RLock()

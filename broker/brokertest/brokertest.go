@@ -41,6 +41,7 @@ type Options struct {
 type Stack struct {
 	Broker *broker.Broker
 	Meta   *local.Store
+	Bookie *bookietest.Bookie
 }
 
 // Logger discards logs unless BROKERTEST_LOG is set (then debug to
@@ -117,5 +118,5 @@ func Start(t testing.TB, o Options) *Stack {
 			t.Fatal(err)
 		}
 	}
-	return &Stack{Broker: b, Meta: store}
+	return &Stack{Broker: b, Meta: store, Bookie: bk}
 }

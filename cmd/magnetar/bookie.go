@@ -36,6 +36,9 @@ var bookieStorageSettings = []setting{
 	{"checkpoint-interval", "10s", "duration", "how often entry logs and index are made durable and old journal files released; a checkpoint also follows each finished entry log (entry-log-max-size), so that heavy writes keep about one entry log of journal"},
 	{"gc-interval", "60s", "duration", "how often the space of deleted ledgers is reclaimed"},
 	{"gc-min-live-ratio", "0.5", "ratio", "compact an entry log when less than this fraction of it is still live"},
+	{"disk-usage-threshold", "0.95", "ratio", "when the disk of a bookie directory is fuller than this share, the bookie refuses adds (clients see it read-only and write elsewhere) until the disk is back under disk-usage-warn-threshold; reads, fences and deletes go on; 1 never refuses"},
+	{"disk-usage-warn-threshold", "0.90", "ratio", "log a warning when the disk of a bookie directory is fuller than this share; also the level a full disk must get back under before the bookie takes adds again"},
+	{"disk-check-interval", "10s", "duration", "how often the bookie looks at the usage of its directories' disks"},
 }
 
 // bookieSettings are the settings of `magnetar bookie`.
@@ -188,7 +191,29 @@ func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) 
 	if o.GCMinLiveRatio, err = check(sv, s("gc-min-live-ratio"), parseRatio); err != nil {
 		return o, err
 	}
+	if o.DiskUsageThreshold, err = check(sv, s("disk-usage-threshold"), parseShare); err != nil {
+		return o, err
+	}
+	if o.DiskUsageWarnThreshold, err = check(sv, s("disk-usage-warn-threshold"), parseShare); err != nil {
+		return o, err
+	}
+	if o.DiskUsageWarnThreshold > o.DiskUsageThreshold {
+		return o, fmt.Errorf("disk-usage-warn-threshold %g (from %s) is above disk-usage-threshold %g (from %s): the warning comes first",
+			o.DiskUsageWarnThreshold, sv.source(s("disk-usage-warn-threshold")), o.DiskUsageThreshold, sv.source(s("disk-usage-threshold")))
+	}
+	if o.DiskCheckInterval, err = check(sv, s("disk-check-interval"), parsePositiveDuration); err != nil {
+		return o, err
+	}
 	return o, nil
+}
+
+// parseShare is a share of a whole: above 0, at most 1.
+func parseShare(s string) (float64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f <= 0 || f > 1 {
+		return 0, errors.New("want a number above 0 and at most 1")
+	}
+	return f, nil
 }
 
 func resolveBookie(sv *settingValues) (bookieConfig, error) {

@@ -208,13 +208,16 @@ func TestDefaults(t *testing.T) {
 		HTTPListen:   "0.0.0.0:8080",
 		BookieListen: "127.0.0.1:3181",
 		BookieStorage: storage.Options{
-			Dir:                filepath.Join("data", "bookie"),
-			Journal:            journal.Options{MaxGroupBytes: 512 << 10, MaxGroupWait: time.Millisecond, RecycledFiles: 8},
-			EntryLogMaxSize:    1 << 30,
-			EntryLogDirectIO:   true,
-			CheckpointInterval: 10 * time.Second,
-			GCInterval:         time.Minute,
-			GCMinLiveRatio:     0.5,
+			Dir:                    filepath.Join("data", "bookie"),
+			Journal:                journal.Options{MaxGroupBytes: 512 << 10, MaxGroupWait: time.Millisecond, RecycledFiles: 8},
+			EntryLogMaxSize:        1 << 30,
+			EntryLogDirectIO:       true,
+			CheckpointInterval:     10 * time.Second,
+			GCInterval:             time.Minute,
+			GCMinLiveRatio:         0.5,
+			DiskUsageThreshold:     0.95,
+			DiskUsageWarnThreshold: 0.90,
+			DiskCheckInterval:      10 * time.Second,
 		},
 	}
 	if !equalConfig(*r.cfg, want) {
@@ -235,7 +238,10 @@ func equalConfig(a, b standaloneConfig) bool {
 		a.BookieStorage.EntryLogPageCacheKeep == b.BookieStorage.EntryLogPageCacheKeep &&
 		a.BookieStorage.EntryLogDirectIO == b.BookieStorage.EntryLogDirectIO &&
 		a.BookieStorage.CheckpointInterval == b.BookieStorage.CheckpointInterval &&
-		a.BookieStorage.GCInterval == b.BookieStorage.GCInterval && a.BookieStorage.GCMinLiveRatio == b.BookieStorage.GCMinLiveRatio
+		a.BookieStorage.GCInterval == b.BookieStorage.GCInterval && a.BookieStorage.GCMinLiveRatio == b.BookieStorage.GCMinLiveRatio &&
+		a.BookieStorage.DiskUsageThreshold == b.BookieStorage.DiskUsageThreshold &&
+		a.BookieStorage.DiskUsageWarnThreshold == b.BookieStorage.DiskUsageWarnThreshold &&
+		a.BookieStorage.DiskCheckInterval == b.BookieStorage.DiskCheckInterval
 }
 
 // equalJournal compares journal options but for OnSync, a func (set when
@@ -310,6 +316,11 @@ func TestInvalidInvocations(t *testing.T) {
 			want: []string{`entry-log-page-cache-keep 4194304 (from environment MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP) needs entry-log-direct-io=false`}},
 		{name: "page cache keep negative", args: []string{"bookie"}, env: map[string]string{"MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP": "-1"},
 			want: []string{`invalid entry-log-page-cache-keep "-1" (from environment MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP)`}},
+		{name: "disk usage threshold", args: []string{"standalone", "--disk-usage-threshold", "95"},
+			want: []string{`invalid disk-usage-threshold "95" (from flag --disk-usage-threshold): want a number above 0 and at most 1`}},
+		{name: "disk usage warning above the threshold", args: []string{"bookie", "--disk-usage-threshold", "0.8"},
+			file: "disk-usage-warn-threshold: 0.85\n",
+			want: []string{`disk-usage-warn-threshold 0.85 (from config file `, `is above disk-usage-threshold 0.8 (from flag --disk-usage-threshold)`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clearEnv(t)

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestProduceArgs(t *testing.T) {
@@ -328,5 +331,23 @@ func TestBinaryCompletion(t *testing.T) {
 	out, _, code := runBinary(t, "", "__complete", "admin", "topics", "")
 	if code != 0 || !strings.Contains(out, "create-partitioned") || !strings.Contains(out, "reset-cursor") {
 		t.Errorf("__complete admin topics: exit %d\n%s", code, out)
+	}
+}
+
+// TestKafkaError: the Kafka client's failures are worded for the command
+// line, a timeout saying how long was waited and where to look.
+func TestKafkaError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{kerr.NotEnoughReplicas, "send record 1: NOT_ENOUGH_REPLICAS: Messages are rejected since there are fewer in-sync replicas than required."},
+		{context.DeadlineExceeded, "send record 1: context deadline exceeded (no answer from the broker within 10s)"},
+		{kgo.ErrRecordTimeout, "send record 1: records have timed out before they were able to be produced (the broker did not acknowledge it within 10s; its log says why)"},
+		{errors.New("other"), "send record 1: other"},
+	} {
+		if got := kafkaError("send record 1", tc.err).Error(); got != tc.want {
+			t.Errorf("kafkaError(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

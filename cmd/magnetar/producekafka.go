@@ -49,6 +49,9 @@ func kafkaError(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w (no answer from the broker within %s)", what, err, clientOperationTimeout)
 	}
+	if errors.Is(err, kgo.ErrRecordTimeout) {
+		return fmt.Errorf("%s: %w (the broker did not acknowledge it within %s; its log says why)", what, err, clientOperationTimeout)
+	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 

@@ -33,44 +33,68 @@ func TestErrCodeStorage(t *testing.T) {
 	}
 }
 
-// A Produce on a standalone whose only bookie's disk filled: the bookie
-// turns read-only, the Produce is refused with NOT_ENOUGH_REPLICAS (or
-// KAFKA_STORAGE_ERROR), and retries neither succeed nor create a ledger
-// each; what was acknowledged before reads back.
+// A Produce on a standalone whose only bookie's disk filled, or went
+// above its usage threshold: the bookie refuses adds as read-only, the
+// Produce is refused with NOT_ENOUGH_REPLICAS (or KAFKA_STORAGE_ERROR),
+// and retries neither succeed nor create a ledger each; what was
+// acknowledged before reads back.
 func TestProduceOnFullDisk(t *testing.T) {
-	fs, full := bookietest.FullDisk(vfs.NewMem())
-	s := startServerOn(t, brokertest.Options{Bootstrap: true, Local: true, BookieFS: fs}, nil)
-	c := s.dial(t)
-	createTopic(t, c, "full", 1)
-	if p := produce(t, c, "full", plainBatch("a", "b")); p.ErrorCode != 0 {
-		t.Fatalf("produce before the disk filled: error %d %v", p.ErrorCode, p.ErrorMessage)
-	}
-	full.On()
-	retriable := func(code int16) bool { return code == errNotEnoughReplicas || code == errKafkaStorage }
-	if p := produce(t, c, "full", plainBatch("c")); !retriable(p.ErrorCode) {
-		t.Fatalf("produce on a full disk: error %d %v, want %d or %d", p.ErrorCode, str(p.ErrorMessage), errNotEnoughReplicas, errKafkaStorage)
-	}
-	ids := func() string {
-		b, _, err := s.meta.Get(context.Background(), meta.LedgerIDCounterPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	before := ids()
-	for i := range 20 {
-		p := produce(t, c, "full", plainBatch("d"))
-		if !retriable(p.ErrorCode) {
-			t.Fatalf("retry %d: error %d %v, want %d or %d", i, p.ErrorCode, str(p.ErrorMessage), errNotEnoughReplicas, errKafkaStorage)
-		}
-	}
-	if after := ids(); after != before {
-		t.Errorf("20 refused retries allocated ledger ids: counter %q, then %q", before, after)
-	}
-	resp := roundTrip[*kmsg.FetchResponse](c, fetchReq("full", 0, 0))
-	p := resp.Topics[0].Partitions[0]
-	if p.ErrorCode != 0 || p.HighWatermark != 2 {
-		t.Fatalf("fetch after the refusals: error %d high watermark %d, want 0 and 2", p.ErrorCode, p.HighWatermark)
+	for _, tc := range []struct {
+		name string
+		// fill returns the bookie's file system and what fills it.
+		fill func() (vfs.FS, func(*testServer))
+	}{
+		{"writes fail with ENOSPC", func() (vfs.FS, func(*testServer)) {
+			fs, full := bookietest.FullDisk(vfs.NewMem())
+			return fs, func(*testServer) { full.On() }
+		}},
+		{"above the disk-usage threshold", func() (vfs.FS, func(*testServer)) {
+			fs, used := bookietest.DiskUsage(vfs.NewMem())
+			used.Store(500)
+			return fs, func(s *testServer) {
+				used.Store(960)
+				if err := s.bookie.Storage.CheckDisks(); err == nil {
+					t.Fatal("a disk check at 96 % found room")
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs, fill := tc.fill()
+			s := startServerOn(t, brokertest.Options{Bootstrap: true, Local: true, BookieFS: fs}, nil)
+			c := s.dial(t)
+			createTopic(t, c, "full", 1)
+			if p := produce(t, c, "full", plainBatch("a", "b")); p.ErrorCode != 0 {
+				t.Fatalf("produce before the disk filled: error %d %v", p.ErrorCode, p.ErrorMessage)
+			}
+			fill(s)
+			retriable := func(code int16) bool { return code == errNotEnoughReplicas || code == errKafkaStorage }
+			if p := produce(t, c, "full", plainBatch("c")); !retriable(p.ErrorCode) {
+				t.Fatalf("produce on a full disk: error %d %v, want %d or %d", p.ErrorCode, str(p.ErrorMessage), errNotEnoughReplicas, errKafkaStorage)
+			}
+			ids := func() string {
+				b, _, err := s.meta.Get(context.Background(), meta.LedgerIDCounterPath)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(b)
+			}
+			before := ids()
+			for i := range 20 {
+				p := produce(t, c, "full", plainBatch("d"))
+				if !retriable(p.ErrorCode) {
+					t.Fatalf("retry %d: error %d %v, want %d or %d", i, p.ErrorCode, str(p.ErrorMessage), errNotEnoughReplicas, errKafkaStorage)
+				}
+			}
+			if after := ids(); after != before {
+				t.Errorf("20 refused retries allocated ledger ids: counter %q, then %q", before, after)
+			}
+			resp := roundTrip[*kmsg.FetchResponse](c, fetchReq("full", 0, 0))
+			p := resp.Topics[0].Partitions[0]
+			if p.ErrorCode != 0 || p.HighWatermark != 2 {
+				t.Fatalf("fetch after the refusals: error %d high watermark %d, want 0 and 2", p.ErrorCode, p.HighWatermark)
+			}
+		})
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/magnetar-io/magnetar/bookie/bookietest"
 	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/broker/brokertest"
 	"github.com/magnetar-io/magnetar/meta/local"
@@ -31,6 +32,7 @@ type testServer struct {
 	addr   string
 	broker *broker.Broker
 	meta   *local.Store
+	bookie *bookietest.Bookie
 	srv    *Server
 }
 
@@ -64,7 +66,7 @@ func startServerOn(t testing.TB, o brokertest.Options, tweak func(*Config)) *tes
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	return &testServer{addr: ln.Addr().String(), broker: b, meta: stack.Meta, srv: srv}
+	return &testServer{addr: ln.Addr().String(), broker: b, meta: stack.Meta, bookie: stack.Bookie, srv: srv}
 }
 
 // client speaks the Kafka framing over one connection.
