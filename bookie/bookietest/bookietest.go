@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -136,24 +135,6 @@ func (b *Bookie) EntryLogBytes() (int64, error) {
 		}
 	}
 	return n, nil
-}
-
-// DiskUsage wraps fs in a file system whose disk usage is the returned
-// value, in thousandths of the disk: a bookie on it refuses adds once a
-// disk check (Storage.CheckDisks) finds it above the threshold.
-func DiskUsage(fs vfs.FS) (vfs.FS, *atomic.Uint64) {
-	u := &usageFS{FS: fs}
-	return u, &u.used
-}
-
-type usageFS struct {
-	vfs.FS
-	used atomic.Uint64
-}
-
-func (f *usageFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
-	u := min(f.used.Load(), 1000)
-	return vfs.DiskUsage{TotalBytes: 1000, UsedBytes: u, AvailBytes: 1000 - u}, nil
 }
 
 // FullDisk wraps fs in a file system whose file writes fail with ENOSPC,

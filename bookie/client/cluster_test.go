@@ -89,6 +89,9 @@ type testBookie struct {
 	// full, while on, fails every write on the bookie's file system
 	// with ENOSPC.
 	full *errorfs.Toggle
+	// mem is the bookie's in-memory file system (nil on disk), whose
+	// disk usage a test may set.
+	mem *vfs.MemFS
 }
 
 // damagingFS is a file system whose entry-log files, while on is set,
@@ -192,8 +195,10 @@ func newCluster(t testing.TB, n int) *cluster {
 func (cl *cluster) addBookie() *testBookie {
 	t := cl.t
 	t.Helper()
-	o := bookietest.Options{FS: vfs.NewMem(), Dir: fmt.Sprintf("/b%d", len(cl.bookies)+1), Logger: testLogger()}
+	mem := vfs.NewMem()
+	o := bookietest.Options{FS: mem, Dir: fmt.Sprintf("/b%d", len(cl.bookies)+1), Logger: testLogger()}
 	if cl.onDisk {
+		mem = nil
 		o.FS, o.Dir, o.NoSync = vfs.Default, t.TempDir(), true
 	}
 	damaged := new(atomic.Bool)
@@ -208,7 +213,7 @@ func (cl *cluster) addBookie() *testBookie {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &testBookie{Bookie: tb, addr: tb.Addr, storage: bs, damaged: damaged, full: full}
+	b := &testBookie{Bookie: tb, addr: tb.Addr, storage: bs, damaged: damaged, full: full, mem: mem}
 	cl.bookies = append(cl.bookies, b)
 	return b
 }

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/storage"
 	"github.com/magnetar-io/magnetar/meta"
 )
 
@@ -468,5 +471,48 @@ func testReadOnlyBookieLeftOut(t *testing.T, local bool) {
 	}
 	if !bytes.Equal(counter, after) {
 		t.Errorf("a refused create allocated a ledger id: counter %q, then %q", counter, after)
+	}
+}
+
+// TestRecoveryOnFullDisk: a bookie above its disk-usage threshold refuses
+// new adds but still takes the recovery adds that close a ledger it
+// fenced, so a ledger left open can be recovered and its topic opened.
+func TestRecoveryOnFullDisk(t *testing.T) { forTransports(t, testRecoveryOnFullDisk) }
+
+func testRecoveryOnFullDisk(t *testing.T, local bool) {
+	ctx := testCtx(t)
+	cl := newClusterOver(t, 1, local)
+	w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 1, WriteQuorum: 1, AckQuorum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := w.AppendSync(ctx, payload("full", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := cl.bookies[0]
+	b.mem.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: 1000, UsedBytes: 960, AvailBytes: 40})
+	if err := b.Storage.CheckDisks(); !errors.Is(err, storage.ErrReadOnly) {
+		t.Fatalf("a disk check at 96 %%: %v, want ErrReadOnly", err)
+	}
+	if _, err := w.AppendSync(ctx, payload("full", 5)); err == nil {
+		t.Fatal("an add on a bookie above its disk-usage threshold succeeded")
+	}
+	r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{Recovery: true})
+	if err != nil {
+		t.Fatalf("recovering the ledger on a full bookie: %v", err)
+	}
+	if last := r.Metadata().LastEntry; last != 4 {
+		t.Errorf("recovered ledger's last entry %d, want 4", last)
+	}
+	es, err := r.Read(ctx, 0, 4)
+	if err != nil || len(es) != 5 {
+		t.Fatalf("reading the recovered ledger: %d entries, %v", len(es), err)
+	}
+	for i, e := range es {
+		if !bytes.Equal(e.Payload, payload("full", i)) {
+			t.Errorf("entry %d after recovery: %q", i, e.Payload)
+		}
 	}
 }

@@ -86,18 +86,18 @@ func (s *Storage) awaitApplied() error {
 // journaled and acknowledged: ErrNoLedger if the ledger is deleted or its
 // delete is pending, ErrFenced if it is fenced or its fence is pending
 // (unless recovery). An unknown ledger is looked up in the index.
-func (s *Storage) addAllowed(ledger int64, recovery bool) error {
+func (s *Storage) addAllowed(ledger int64, recovery bool) (fenced bool, err error) {
 	s.ledgersMu.Lock()
 	defer s.ledgersMu.Unlock()
 	// Pending first: the applier sets the state before it drops the
 	// pending mark, so one of the two shows a fence or delete journaled
 	// before this check.
 	deleted := s.pendingDeletes[ledger] > 0
-	fenced := s.pendingFences[ledger] > 0
+	fenced = s.pendingFences[ledger] > 0
 	if !deleted && (!fenced || recovery) {
 		st, err := s.stateLocked(ledger, false)
 		if err != nil {
-			return err
+			return fenced, err
 		}
 		if st != nil {
 			deleted, fenced = st.rec.deleted, fenced || st.rec.fenced
@@ -105,11 +105,11 @@ func (s *Storage) addAllowed(ledger int64, recovery bool) error {
 	}
 	switch {
 	case deleted:
-		return ErrNoLedger
+		return fenced, ErrNoLedger
 	case fenced && !recovery:
-		return ErrFenced
+		return fenced, ErrFenced
 	}
-	return nil
+	return fenced, nil
 }
 
 // pendingLocked counts a fence or delete of ledger journaled (delta 1) or

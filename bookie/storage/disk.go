@@ -1,8 +1,13 @@
 package storage
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Disk usage thresholds (BookKeeper's diskUsageThreshold and
@@ -17,9 +22,12 @@ import (
 // fills is refused writes while there is still room for the entries in
 // flight, the index and the checkpoint, instead of failing a write with
 // ENOSPC, which leaves the storage read-only until a restart. Fences,
-// deletes and reads go on, so retention can free space; GC removes logs
-// with nothing live but does not compact, which needs room for the
-// copies. Above DiskUsageWarnThreshold it logs a warning.
+// deletes and reads go on, so retention can free space, and so do the
+// recovery adds of a ledger fenced here (closing a ledger writes its tail
+// again; without them its topic cannot open). GC removes logs with
+// nothing live, and compacts only the emptiest logs whose live entries
+// fit in a quarter of the room left, since the copies need room. Above
+// DiskUsageWarnThreshold it logs a warning.
 
 // diskState is what the last disk check found. Guarded by Storage.diskMu.
 type diskState struct {
@@ -29,6 +37,9 @@ type diskState struct {
 	warned bool
 	// checkErr is the last failure to read a disk's usage, logged once.
 	checkErr string
+	// dataAvail is the bytes available on the data directory's disk, as
+	// last read.
+	dataAvail uint64
 }
 
 // diskFull returns why adds are refused for lack of disk space, or nil.
@@ -45,12 +56,15 @@ func (s *Storage) diskDirs() []string {
 
 // checkDisks reads the usage of each directory's file system and updates
 // the disk state, logging each change. A directory whose usage cannot be
-// read keeps the state as it was.
+// read does not make a full disk writable again: with a read failure the
+// state can only get worse. It never fails (the loop's func type): a
+// read failure is logged once.
 func (s *Storage) checkDisks() error {
 	var (
-		worst   float64
-		worstAt string
-		readErr error
+		worst     float64
+		worstAt   string
+		readErr   error
+		dataAvail uint64
 	)
 	for _, dir := range s.diskDirs() {
 		u, err := s.fs.GetDiskUsage(dir)
@@ -64,13 +78,21 @@ func (s *Storage) checkDisks() error {
 		if used := float64(u.UsedBytes) / float64(u.UsedBytes+u.AvailBytes); worstAt == "" || used > worst {
 			worst, worstAt = used, dir
 		}
+		if dir == s.opts.Dir {
+			dataAvail = u.AvailBytes
+		}
 	}
 	s.diskMu.Lock()
 	defer s.diskMu.Unlock()
+	s.disk.dataAvail = dataAvail
 	if readErr != nil {
 		if msg := readErr.Error(); msg != s.disk.checkErr {
 			s.disk.checkErr = msg
-			s.logger.Warn("storage: cannot check the disk's usage; the disk-usage thresholds are not applied to it", "err", readErr)
+			lv := slog.LevelWarn
+			if errors.Is(readErr, vfs.ErrUnsupported) { // an in-memory file system, in tests
+				lv = slog.LevelInfo
+			}
+			s.logger.Log(context.Background(), lv, "storage: cannot check the disk's usage; the disk-usage thresholds are not applied to it", "err", readErr)
 		}
 	} else {
 		s.disk.checkErr = ""
@@ -82,12 +104,13 @@ func (s *Storage) checkDisks() error {
 	switch {
 	case worst > s.opts.DiskUsageThreshold:
 		if s.disk.full == nil {
-			s.disk.full = fmt.Errorf("%w: the disk of %s is %s full, above the disk-usage threshold of %s",
-				ErrReadOnly, worstAt, pct(worst), pct(s.opts.DiskUsageThreshold))
 			s.logger.Error("storage: disk above the usage threshold: refusing adds until it is back under the warning threshold",
 				"dir", worstAt, "usage", pct(worst), "threshold", pct(s.opts.DiskUsageThreshold),
 				"warn_threshold", pct(s.opts.DiskUsageWarnThreshold))
 		}
+		// Made again at each check, so that it says how full the disk is now.
+		s.disk.full = fmt.Errorf("%w: the disk of %s is %s full, above the disk-usage threshold of %s",
+			ErrReadOnly, worstAt, pct(worst), pct(s.opts.DiskUsageThreshold))
 		s.disk.warned = true
 	case worst > s.opts.DiskUsageWarnThreshold:
 		if !s.disk.warned && s.disk.full == nil {
@@ -96,6 +119,9 @@ func (s *Storage) checkDisks() error {
 				"threshold", pct(s.opts.DiskUsageThreshold))
 		}
 		s.disk.warned = true
+	case readErr != nil:
+		// Under the warning threshold where it could look, but not
+		// everywhere: leave it as it was.
 	default:
 		if s.disk.full != nil {
 			s.logger.Info("storage: disk usage back under the warning threshold: taking adds again",
@@ -104,6 +130,15 @@ func (s *Storage) checkDisks() error {
 		s.disk.full, s.disk.warned = nil, false
 	}
 	return nil
+}
+
+// compactionRoom says whether the disk is above its usage threshold and,
+// if so, how many bytes GC may copy into the entry logs meanwhile: a
+// quarter of what is available on the data directory's disk.
+func (s *Storage) compactionRoom() (room int64, full bool) {
+	s.diskMu.Lock()
+	defer s.diskMu.Unlock()
+	return int64(s.disk.dataAvail / 4), s.disk.full != nil
 }
 
 // CheckDisks looks at the disks' usage now, as the background check does
@@ -115,8 +150,6 @@ func (s *Storage) CheckDisks() error {
 	if s.closed {
 		return ErrClosed
 	}
-	if err := s.checkDisks(); err != nil {
-		return err
-	}
+	s.checkDisks()
 	return s.diskFull()
 }

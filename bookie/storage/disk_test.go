@@ -3,43 +3,38 @@ package storage
 import (
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
-// usageFS is a file system whose usage the test sets, in thousandths.
-type usageFS struct {
-	vfs.FS
-	used atomic.Uint64
-}
-
-func (f *usageFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
-	u := f.used.Load()
-	return vfs.DiskUsage{TotalBytes: 1000, UsedBytes: u, AvailBytes: 1000 - u}, nil
+// setUsage makes fs report its disk as used thousandths of 1000 bytes
+// full.
+func setUsage(fs *vfs.MemFS, used uint64) {
+	fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: 1000, UsedBytes: used, AvailBytes: 1000 - used})
 }
 
 // TestDiskUsageThreshold: above the threshold adds are refused as
-// read-only, saying how full the disk is, while reads, fences and
-// deletes go on; adds are taken again only under the warning threshold,
-// and the storage never fails.
+// read-only, saying how full the disk is, but for the recovery adds of a
+// ledger fenced here; reads, fences and deletes go on; adds are taken
+// again only under the warning threshold, and the storage never fails.
 func TestDiskUsageThreshold(t *testing.T) {
-	fs := &usageFS{FS: vfs.NewMem()}
-	fs.used.Store(500)
+	fs := vfs.NewMem()
+	setUsage(fs, 500)
 	s := openT(t, testOptions(fs))
 	defer closeT(t, s)
 	mustAdd(t, s, 1, 0, -1, 100)
 	mustAdd(t, s, 2, 0, -1, 100)
 
-	fs.used.Store(920) // above the warning threshold only
+	setUsage(fs, 920) // above the warning threshold only
 	if err := s.CheckDisks(); err != nil {
 		t.Fatalf("at 92 %%: %v", err)
 	}
 	mustAdd(t, s, 1, 1, 0, 100)
 
-	fs.used.Store(960)
+	setUsage(fs, 960)
 	const want = "the disk of /bookie is 96.0% full, above the disk-usage threshold of 95.0%"
 	if err := s.CheckDisks(); !errors.Is(err, ErrReadOnly) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("at 96 %%: CheckDisks %v, want ErrReadOnly and %q", err, want)
@@ -56,15 +51,20 @@ func TestDiskUsageThreshold(t *testing.T) {
 	if r := fence(t, s, 1); r.err != nil || r.last != 1 {
 		t.Errorf("fence at 96 %%: %+v, want last entry 1", r)
 	}
+	// Closing a ledger fenced here writes its tail again: taken.
+	s.AddEntry(mkEntry(1, 2, 1, 100), true, func(err error) { ch <- err })
+	if err := await(t, ch, "recovery add to a fenced ledger"); err != nil {
+		t.Errorf("recovery add to ledger 1, fenced here, at 96 %%: %v", err)
+	}
 	if err := del(t, s, 2); err != nil {
 		t.Errorf("delete at 96 %%: %v", err)
 	}
 
-	fs.used.Store(930) // under the threshold, above the low-water mark
+	setUsage(fs, 930) // under the threshold, above the low-water mark
 	if err := s.CheckDisks(); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("back at 93 %%: %v, want adds still refused", err)
 	}
-	fs.used.Store(890)
+	setUsage(fs, 890)
 	if err := s.CheckDisks(); err != nil {
 		t.Errorf("back at 89 %%: %v", err)
 	}
@@ -78,8 +78,8 @@ func TestDiskUsageThreshold(t *testing.T) {
 // refuses adds from the first, and the background check lets them in
 // once space is freed.
 func TestDiskUsageCheckedInBackground(t *testing.T) {
-	fs := &usageFS{FS: vfs.NewMem()}
-	fs.used.Store(990)
+	fs := vfs.NewMem()
+	setUsage(fs, 990)
 	opts := testOptions(fs)
 	opts.DiskCheckInterval = 5 * time.Millisecond
 	s := openT(t, opts)
@@ -87,7 +87,7 @@ func TestDiskUsageCheckedInBackground(t *testing.T) {
 	if err := add(t, s, mkEntry(1, 0, -1, 100)); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("add on a 99 %% full disk: %v, want ErrReadOnly", err)
 	}
-	fs.used.Store(100)
+	setUsage(fs, 100)
 	deadline := time.Now().Add(waitTimeout)
 	for add(t, s, mkEntry(1, 0, -1, 100)) != nil {
 		if time.Now().After(deadline) {
@@ -123,12 +123,13 @@ func TestDiskUsageOptions(t *testing.T) {
 	}
 }
 
-// TestGCNoCompactionWhileDiskFull: above the threshold GC removes the
-// logs with nothing live but compacts none (copies need room); once the
-// disk is back under the warning threshold it compacts.
-func TestGCNoCompactionWhileDiskFull(t *testing.T) {
-	fs := &usageFS{FS: vfs.NewCrashableMem()}
-	fs.used.Store(500)
+// TestGCCompactionWhileDiskFull: above the threshold GC removes the logs
+// with nothing live, and compacts only logs whose live entries fit in a
+// quarter of the room left: none on a disk with 40 bytes left, all on
+// one with 40 MB left (still 96 % full).
+func TestGCCompactionWhileDiskFull(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	setUsage(fs, 500)
 	s := openT(t, gcOptions(fs))
 	defer closeT(t, s)
 	const size = 1000
@@ -141,7 +142,7 @@ func TestGCNoCompactionWhileDiskFull(t *testing.T) {
 	if err := del(t, s, 1); err != nil {
 		t.Fatal(err)
 	}
-	fs.used.Store(960)
+	setUsage(fs, 960)
 	if err := s.CheckDisks(); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("at 96 %%: %v", err)
 	}
@@ -155,18 +156,47 @@ func TestGCNoCompactionWhileDiskFull(t *testing.T) {
 		t.Fatalf("GC on a full disk: %d bytes in %d logs before, %d in %d after; want the dead logs removed and no compaction",
 			before, logsBefore, full, logsFull)
 	}
-	fs.used.Store(500)
-	if err := s.CheckDisks(); err != nil {
-		t.Fatal(err)
+	fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: 1 << 30, UsedBytes: 96 << 30 / 100, AvailBytes: 4 << 30 / 100})
+	if err := s.CheckDisks(); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("at 96 %% of 1 GiB: %v", err)
 	}
 	if err := s.GC(); err != nil {
 		t.Fatal(err)
 	}
 	after, logsAfter := dirSize(t, fs, logDir, logSuffix)
 	if after > full/2 {
-		t.Fatalf("GC with room: %d bytes in %d logs, then %d in %d; want the mixed logs compacted", full, logsFull, after, logsAfter)
+		t.Fatalf("GC with 40 MB left: %d bytes in %d logs, then %d in %d; want the mixed logs compacted", full, logsFull, after, logsAfter)
 	}
 	for e := int64(0); e < nb; e++ {
 		checkEntry(t, s, 2, e, size)
+	}
+}
+
+// TestDiskUsageUnreadable: a disk whose usage cannot be read does not
+// make a full disk writable again, however empty the other looks.
+func TestDiskUsageUnreadable(t *testing.T) {
+	mem := vfs.NewMem()
+	unreadable := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpGetDiskUsage && op.Path == memDir {
+			return errors.New("statfs: input/output error")
+		}
+		return nil
+	})}
+	opts := testOptions(errorfs.Wrap(mem, unreadable))
+	opts.JournalDir = "/journal"
+	s := openT(t, opts)
+	defer closeT(t, s)
+	setUsage(mem, 960)
+	if err := s.CheckDisks(); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("at 96 %%: %v", err)
+	}
+	unreadable.On()
+	setUsage(mem, 100) // what the journal's disk says; the data disk's is unknown
+	if err := s.CheckDisks(); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("with the data disk unreadable: %v, want adds still refused", err)
+	}
+	unreadable.Off()
+	if err := s.CheckDisks(); err != nil {
+		t.Errorf("with both disks at 10 %%: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -102,6 +103,7 @@ func (s *Storage) gc() error {
 	}
 
 	var dead, compact []uint64
+	liveOf := map[uint64]int64{}
 	for _, id := range slices.Sorted(maps.Keys(metas)) {
 		if s.badLogs[id] {
 			continue
@@ -125,13 +127,28 @@ func (s *Storage) gc() error {
 			dead = append(dead, id)
 		case s.opts.GCMinLiveRatio > 0 && float64(live) < s.opts.GCMinLiveRatio*float64(total):
 			compact = append(compact, id)
+			liveOf[id] = live
 		}
 	}
 
-	if err := s.diskFull(); err != nil && len(compact) > 0 {
-		// Compaction needs room for the copies; removing dead logs does not.
-		s.logger.Warn("storage: gc: compaction skipped while the disk is above its usage threshold", "logs", len(compact), "err", err)
-		compact = nil
+	if room, full := s.compactionRoom(); full && len(compact) > 0 {
+		// Compaction needs room for the copies; removing dead logs does
+		// not. On a full disk only the emptiest logs whose copies fit in
+		// the room are compacted.
+		slices.SortStableFunc(compact, func(a, b uint64) int { return cmp.Compare(liveOf[a], liveOf[b]) })
+		n := 0
+		for _, id := range compact {
+			if liveOf[id] > room {
+				break
+			}
+			room -= liveOf[id]
+			n++
+		}
+		if n < len(compact) {
+			s.logger.Warn("storage: gc: compaction of some logs skipped while the disk is above its usage threshold",
+				"compacted", n, "skipped", len(compact)-n)
+		}
+		compact = compact[:n]
 	}
 	var errs []error
 	for _, id := range compact {

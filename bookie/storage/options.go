@@ -141,10 +141,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.DiskUsageWarnThreshold == 0 {
 		o.DiskUsageWarnThreshold = min(DefaultDiskUsageWarnThreshold, o.DiskUsageThreshold)
 	}
-	if o.DiskUsageThreshold < 0 || o.DiskUsageThreshold > 1 {
+	if !(o.DiskUsageThreshold > 0 && o.DiskUsageThreshold <= 1) { // NaN too
 		return o, fmt.Errorf("storage: Options.DiskUsageThreshold %g: want a share of the disk, above 0 and at most 1", o.DiskUsageThreshold)
 	}
-	if o.DiskUsageWarnThreshold < 0 || o.DiskUsageWarnThreshold > o.DiskUsageThreshold {
+	if !(o.DiskUsageWarnThreshold > 0 && o.DiskUsageWarnThreshold <= o.DiskUsageThreshold) {
 		return o, fmt.Errorf("storage: Options.DiskUsageWarnThreshold %g: want a share of the disk, above 0 and at most DiskUsageThreshold (%g)",
 			o.DiskUsageWarnThreshold, o.DiskUsageThreshold)
 	}

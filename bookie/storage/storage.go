@@ -190,18 +190,22 @@ func (s *Storage) appendAdd(h entry.Header, e []byte, recovery bool, done func(e
 	if err := s.mutable(); err != nil {
 		return err
 	}
-	if err := s.diskFull(); err != nil {
-		return err
-	}
 	s.orderMu.RLock()
 	defer s.orderMu.RUnlock()
-	switch err := s.addAllowed(h.Ledger, recovery); {
+	fenced, err := s.addAllowed(h.Ledger, recovery)
+	switch {
 	case errors.Is(err, ErrNoLedger):
 		return fmt.Errorf("%w: ledger %d was deleted", ErrNoLedger, h.Ledger)
 	case errors.Is(err, ErrFenced):
 		return fmt.Errorf("%w: ledger %d", ErrFenced, h.Ledger)
 	case err != nil:
 		return s.fail(fmt.Errorf("storage: ledger %d: %w", h.Ledger, err))
+	}
+	// A disk above its usage threshold still takes the recovery adds of
+	// a ledger fenced here: the few entries past its LAC that closing it
+	// writes again, without which its topic cannot open (disk.go).
+	if full := s.diskFull(); full != nil && !(recovery && fenced) {
+		return full
 	}
 	typ := recordAdd
 	if recovery {

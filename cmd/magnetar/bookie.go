@@ -197,6 +197,9 @@ func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) 
 	if o.DiskUsageWarnThreshold, err = check(sv, s("disk-usage-warn-threshold"), parseShare); err != nil {
 		return o, err
 	}
+	if o.DiskUsageWarnThreshold > o.DiskUsageThreshold && sv.source(s("disk-usage-warn-threshold")) == "default" {
+		o.DiskUsageWarnThreshold = o.DiskUsageThreshold // as the storage does with its own default
+	}
 	if o.DiskUsageWarnThreshold > o.DiskUsageThreshold {
 		return o, fmt.Errorf("disk-usage-warn-threshold %g (from %s) is above disk-usage-threshold %g (from %s): the warning comes first",
 			o.DiskUsageWarnThreshold, sv.source(s("disk-usage-warn-threshold")), o.DiskUsageThreshold, sv.source(s("disk-usage-threshold")))
@@ -210,7 +213,7 @@ func resolveStorage(sv *settingValues, dataDir string) (storage.Options, error) 
 // parseShare is a share of a whole: above 0, at most 1.
 func parseShare(s string) (float64, error) {
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f <= 0 || f > 1 {
+	if err != nil || !(f > 0 && f <= 1) { // NaN too
 		return 0, errors.New("want a number above 0 and at most 1")
 	}
 	return f, nil

@@ -251,6 +251,19 @@ func equalJournal(a, b journal.Options) bool {
 	return reflect.DeepEqual(a, b)
 }
 
+// TestDiskUsageThresholdAlone: a threshold under the default warning
+// threshold, given alone, brings the warning threshold down with it.
+func TestDiskUsageThresholdAlone(t *testing.T) {
+	clearEnv(t)
+	r := run(t, "standalone", "--disk-usage-threshold", "0.85")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if o := r.cfg.BookieStorage; o.DiskUsageThreshold != 0.85 || o.DiskUsageWarnThreshold != 0.85 {
+		t.Errorf("thresholds %g and %g, want 0.85 and 0.85", o.DiskUsageThreshold, o.DiskUsageWarnThreshold)
+	}
+}
+
 // TestInvalidInvocations: each mistake exits 2 with a message that names
 // the setting, the value and where it came from.
 func TestInvalidInvocations(t *testing.T) {
@@ -318,6 +331,8 @@ func TestInvalidInvocations(t *testing.T) {
 			want: []string{`invalid entry-log-page-cache-keep "-1" (from environment MAGNETAR_ENTRY_LOG_PAGE_CACHE_KEEP)`}},
 		{name: "disk usage threshold", args: []string{"standalone", "--disk-usage-threshold", "95"},
 			want: []string{`invalid disk-usage-threshold "95" (from flag --disk-usage-threshold): want a number above 0 and at most 1`}},
+		{name: "disk usage threshold NaN", args: []string{"bookie"}, env: map[string]string{"MAGNETAR_DISK_USAGE_THRESHOLD": "NaN"},
+			want: []string{`invalid disk-usage-threshold "NaN" (from environment MAGNETAR_DISK_USAGE_THRESHOLD): want a number above 0 and at most 1`}},
 		{name: "disk usage warning above the threshold", args: []string{"bookie", "--disk-usage-threshold", "0.8"},
 			file: "disk-usage-warn-threshold: 0.85\n",
 			want: []string{`disk-usage-warn-threshold 0.85 (from config file `, `is above disk-usage-threshold 0.8 (from flag --disk-usage-threshold)`}},

@@ -37,7 +37,7 @@ var perfKafkaSettings = []setting{
 	{"perf-warmup", "1s", "duration", "first part of the produce and latency loads, left out of their summaries"},
 	{"perf-kafka-rate", "5000", "records/s", "latency load: open loop at this many records/s, no linger; 0: closed loop with no linger"},
 	{"perf-kafka-max-buffered", "10000", "count", "most records produced and not yet acknowledged at once (also the client's MaxBufferedRecords)"},
-	{"perf-kafka-delivery-timeout", "30s", "duration", "a record not acknowledged this long after it was produced fails (Kafka's delivery.timeout.ms), so a broker refusing every batch with a retriable error ends the load with an error rather than keeping it retrying"},
+	{"perf-kafka-delivery-timeout", "30s", "duration", "a record not acknowledged this long after it was produced fails (Kafka's delivery.timeout.ms), so a broker refusing every batch with a retriable error ends the load with an error (a few seconds after this) rather than keeping it retrying"},
 	{"perf-kafka-acks", "all", "acks", "produce acks: all (with the idempotent producer) or leader (idempotence off)"},
 	{"perf-kafka-compression", "none", "codec", "batch compression: none, gzip, snappy, lz4 or zstd"},
 	{"perf-kafka-kfake", "false", "bool", "also run the loads against an in-process kfake cluster and print both with the ratios"},

@@ -42,17 +42,17 @@ func TestProduceOnFullDisk(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// fill returns the bookie's file system and what fills it.
-		fill func() (vfs.FS, func(*testServer))
+		fill func() (vfs.FS, func(*testing.T, *testServer))
 	}{
-		{"writes fail with ENOSPC", func() (vfs.FS, func(*testServer)) {
+		{"writes fail with ENOSPC", func() (vfs.FS, func(*testing.T, *testServer)) {
 			fs, full := bookietest.FullDisk(vfs.NewMem())
-			return fs, func(*testServer) { full.On() }
+			return fs, func(*testing.T, *testServer) { full.On() }
 		}},
-		{"above the disk-usage threshold", func() (vfs.FS, func(*testServer)) {
-			fs, used := bookietest.DiskUsage(vfs.NewMem())
-			used.Store(500)
-			return fs, func(s *testServer) {
-				used.Store(960)
+		{"above the disk-usage threshold", func() (vfs.FS, func(*testing.T, *testServer)) {
+			fs := vfs.NewMem()
+			fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: 1000, UsedBytes: 500, AvailBytes: 500})
+			return fs, func(t *testing.T, s *testServer) {
+				fs.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: 1000, UsedBytes: 960, AvailBytes: 40})
 				if err := s.bookie.Storage.CheckDisks(); err == nil {
 					t.Fatal("a disk check at 96 % found room")
 				}
@@ -67,7 +67,7 @@ func TestProduceOnFullDisk(t *testing.T) {
 			if p := produce(t, c, "full", plainBatch("a", "b")); p.ErrorCode != 0 {
 				t.Fatalf("produce before the disk filled: error %d %v", p.ErrorCode, p.ErrorMessage)
 			}
-			fill(s)
+			fill(t, s)
 			retriable := func(code int16) bool { return code == errNotEnoughReplicas || code == errKafkaStorage }
 			if p := produce(t, c, "full", plainBatch("c")); !retriable(p.ErrorCode) {
 				t.Fatalf("produce on a full disk: error %d %v, want %d or %d", p.ErrorCode, str(p.ErrorMessage), errNotEnoughReplicas, errKafkaStorage)
