@@ -190,7 +190,7 @@ func TestPerfAll(t *testing.T) {
 		t.Fatalf("exit %d\nstderr:\n%s\nstdout:\n%s", code, errOut, out)
 	}
 	for _, w := range []string{"[limits] the machine", "disk: sequential 1 MiB O_DIRECT writes + fdatasync", "standalone ready: ", "[magnetar 13/14] pulsar-topics",
-		"[magnetar 14/14] partitions-open", "30 records produced, one per partition", "30 offsets committed, one per partition",
+		"[magnetar 14/14] partitions-open", "removed the standalone's data (", "30 records produced, one per partition", "30 offsets committed, one per partition",
 		"loaded: the broker counts 30 more topics and 30 more subscriptions than before the load",
 		"[kfake 7/7] kafka-e2e-20000", "[no-op pulsar 2/2] pulsar-publish-20000", "[durable no-op pulsar 2/3] pulsar-publish-20000", "[durable no-op pulsar 3/3] pulsar-produce-batched",
 		"[durable no-op kafka 4/4] kafka-publish-20000", "[durable no-op kafka, each byte twice 2/2] kafka-produce-1p", "created 10 producers in ", "the host's CPU steal during the load: ",
