@@ -146,10 +146,13 @@ func (s *Storage) compactionRoom() (room int64, full bool) {
 // space (wrapping ErrReadOnly), or nil.
 func (s *Storage) CheckDisks() error {
 	s.opMu.RLock()
-	defer s.opMu.RUnlock()
-	if s.closed {
+	closed := s.closed
+	s.opMu.RUnlock()
+	if closed {
 		return ErrClosed
 	}
+	// Not under opMu: the statfs calls would hold up Close, and the check
+	// touches only the file system and diskMu, as the loop's does.
 	s.checkDisks()
 	return s.diskFull()
 }
