@@ -602,6 +602,7 @@ func TestPerfAllProduceKFakeCeiling(t *testing.T) {
 			{"met", 220, 210, "met; -", "210.00"},
 			{"not met, ceiling under the goal", 150, 180, "not met (unattainable here: the produce of a durable no-op broker writing each byte twice is 180.00, 0.90 of the 200.00 compared with; this is 0.83 of it); -", "180.00"},
 			{"not met, ceiling over the goal", 150, 230, "not met; -", "230.00"},
+			{"not met, ceiling under the goal, the figure above it within the noise", 150, 145, "not met (unattainable here: the produce of a durable no-op broker writing each byte twice is 145.00, 0.72 of the 200.00 compared with; this is 1.03 of it); -", "145.00"},
 			{"not met, ceiling under the goal and under the figure", 150, 140, "not met; -", "140.00"},
 			{"not met, no ceiling", 150, 0, "not met; -", "-"},
 		})
@@ -626,6 +627,7 @@ func TestPerfAllPulsarBatchCeiling(t *testing.T) {
 			{"met", 260, 300, "met", "300.00"},
 			{"not met, ceiling under the goal", 200, 230, "not met (unattainable here: the batched produce of a durable no-op broker is 230.00, 0.77 of the 300.00 compared with; this is 0.87 of it)", "230.00"},
 			{"not met, ceiling over the goal", 200, 280, "not met", "280.00"},
+			{"not met, ceiling under the goal, the figure above it within the noise", 200, 196, "not met (unattainable here: the batched produce of a durable no-op broker is 196.00, 0.65 of the 300.00 compared with; this is 1.02 of it)", "196.00"},
 			{"not met, ceiling under the goal and under the figure", 200, 190, "not met", "190.00"},
 			{"not met, no ceiling", 200, 0, "not met", "-"},
 		})
