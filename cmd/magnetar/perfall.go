@@ -1958,7 +1958,7 @@ func (b *benchRun) kafkaE2E(ctx context.Context, target string, seeds []string, 
 			fs.EachRecord(func(r *kgo.Record) { got(r.Value, nil) })
 		}
 	}
-	return b.runE2E(ctx, kafkaSender{producer}, tail, rate)
+	return b.runE2E(ctx, newKafkaSender(producer), tail, rate)
 }
 
 // pulsarE2E is the end-to-end load on a new Pulsar topic: a producer with

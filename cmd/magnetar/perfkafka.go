@@ -449,7 +449,13 @@ func kafkaProducerOpts(cfg perfKafkaConfig) []kgo.Opt {
 // Each slot keeps its record and promise, so a send allocates nothing of
 // the load's own, and the record's timestamp is the load's send time, so
 // the client reads no clock for it.
-type kafkaSender struct{ cl *kgo.Client }
+type kafkaSender struct {
+	cl    *kgo.Client
+	spare []kafkaSlot // allocated, not yet a slot's: slots' records sit side by side
+}
+
+// newKafkaSender is a sender producing through cl.
+func newKafkaSender(cl *kgo.Client) *kafkaSender { return &kafkaSender{cl: cl} }
 
 // kafkaSlot is a slot's record and the promise that finishes the slot.
 type kafkaSlot struct {
@@ -457,10 +463,15 @@ type kafkaSlot struct {
 	promise func(*kgo.Record, error)
 }
 
-func (k kafkaSender) send(s *sendSlot) {
+// send is called by the load's one sending goroutine.
+func (k *kafkaSender) send(s *sendSlot) {
 	ks, _ := s.state.(*kafkaSlot)
 	if ks == nil {
-		ks = &kafkaSlot{promise: func(_ *kgo.Record, err error) { s.finish(err) }}
+		if len(k.spare) == 0 {
+			k.spare = make([]kafkaSlot, 256)
+		}
+		ks, k.spare = &k.spare[0], k.spare[1:]
+		ks.promise = func(_ *kgo.Record, err error) { s.finish(err) }
 		s.state = ks
 	}
 	// franz-go does not touch a record after calling its promise, and
@@ -482,7 +493,7 @@ func runKafkaProduce(ctx context.Context, out io.Writer, opts []kgo.Opt, cfg per
 	}
 	defer cl.Close()
 	fmt.Fprintln(out, kafkaProgressHeader)
-	res := runProduce(ctx, []asyncSender{kafkaSender{cl}}, produceLoad{
+	res := runProduce(ctx, []asyncSender{newKafkaSender(cl)}, produceLoad{
 		MessageSize: cfg.RecordSize,
 		Duration:    cfg.Duration,
 		Warmup:      cfg.Warmup,

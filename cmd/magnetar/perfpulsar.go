@@ -739,15 +739,88 @@ type asyncSender interface {
 }
 
 // sendSlot is one message in flight. The produce load has MaxPending of
-// them and reuses each for message after message, so that a send costs
-// the load no allocation. A sender may keep its own per-slot state in
-// state (the Kafka sender keeps the record and its promise there).
+// them, in one array, and reuses each for message after message, so that
+// a send costs the load no allocation. A sender may keep its own
+// per-slot state in state (the Kafka sender keeps the record and its
+// promise there).
 type sendSlot struct {
 	payload []byte
 	due     time.Time // when the message was to go (open loop), or went
 	sent    time.Time // when it went
-	finish  func(err error)
+	pool    *slotPool
 	state   any
+}
+
+// slotPool is where finished slots go back to, and where the load's
+// sending goroutine takes them from: all the free ones at once, and when
+// none is free it sleeps until enough are (wait). So a closed loop with
+// every slot in flight wakes once per batch of acknowledgements, not once
+// per message: a channel of slots woke the sender for each record, a
+// futex wake and a context switch per record, and made the Kafka load
+// spend more CPU than the broker it measured.
+type slotPool struct {
+	m *pulsarMeter
+
+	mu      sync.Mutex
+	free    []*sendSlot // given back, in the order they finished
+	need    int         // while waiting: how many free slots wake the sender
+	waiting bool
+	wake    chan struct{} // capacity 1
+}
+
+// finish records the message's outcome and gives the slot back.
+func (s *sendSlot) finish(err error) {
+	now := time.Now()
+	p := s.pool
+	if err != nil {
+		p.m.fail(err)
+	} else {
+		p.m.done(now, now.Sub(s.due), len(s.payload))
+	}
+	p.mu.Lock()
+	p.free = append(p.free, s)
+	wake := p.waiting && len(p.free) >= p.need
+	if wake {
+		p.waiting = false
+	}
+	p.mu.Unlock()
+	if wake {
+		select {
+		case p.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+}
+
+// swap returns the free slots, taking mine (empty) as the pool's array
+// for the next ones.
+func (p *slotPool) swap(mine []*sendSlot) []*sendSlot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	mine, p.free = p.free, mine
+	return mine
+}
+
+// wait returns true once n slots are free, false if ctx ends first.
+func (p *slotPool) wait(ctx context.Context, n int) bool {
+	for {
+		p.mu.Lock()
+		if len(p.free) >= n {
+			p.waiting = false
+			p.mu.Unlock()
+			return true
+		}
+		p.waiting, p.need = true, n
+		p.mu.Unlock()
+		select {
+		case <-p.wake: // perhaps an old one: look again
+		case <-ctx.Done():
+			p.mu.Lock()
+			p.waiting = false
+			p.mu.Unlock()
+			return false
+		}
+	}
 }
 
 // pulsarSender sends through a Pulsar producer.
@@ -789,6 +862,10 @@ type produceLoad struct {
 	Stamp bool
 }
 
+// slotBatch is how many acknowledgements wake a closed loop that has
+// every slot in flight.
+const slotBatch = 64
+
 // runProduce sends messages round robin over senders as cfg says until
 // cfg.Duration has passed or ctx ends, then waits for the sends
 // outstanding (the client fails them after its send timeout). A failed
@@ -812,25 +889,39 @@ func runProduce(ctx context.Context, senders []asyncSender, cfg produceLoad, rep
 	finish := reportEvery(m, cfg.Interval, report)
 	var lag latencyHist // the send loop's own
 
-	// Invariant: a slot is in free from its finish until the loop takes
-	// it for a send; having every slot back therefore waits for every
-	// send.
-	free := make(chan *sendSlot, max(cfg.MaxPending, 1))
-	for range cap(free) {
-		s := &sendSlot{payload: payload}
+	// Invariant: a slot is in the pool from its finish until the loop
+	// takes it for a send; having every slot back therefore waits for
+	// every send. The slots are one array, handed out in its order at
+	// first: a request's records come back together and go out again
+	// together, so the loop walks through memory rather than jumping
+	// about the heap.
+	slots := make([]sendSlot, max(cfg.MaxPending, 1))
+	pool := &slotPool{m: m, wake: make(chan struct{}, 1)}
+	stash := make([]*sendSlot, len(slots)) // taken from the pool, not yet sent
+	for i := range slots {
+		s := &slots[i]
+		s.payload, s.pool = payload, pool
 		if cfg.Stamp {
 			s.payload = slices.Clone(payload)
 		}
-		s.finish = func(err error) {
-			now := time.Now()
-			if err != nil {
-				m.fail(err)
-			} else {
-				m.done(now, now.Sub(s.due), len(s.payload))
+		stash[i] = s
+	}
+	// A closed loop with every slot in flight waits for a batch of them;
+	// an open loop sends a due message as soon as any slot is free.
+	batch := 1
+	if cfg.Rate == 0 {
+		batch = min(len(slots), slotBatch)
+	}
+	next := 0 // stash[next:] are the loop's
+	take := func() *sendSlot {
+		for next == len(stash) {
+			stash, next = pool.swap(stash[:0]), 0
+			if len(stash) == 0 && !pool.wait(lctx, batch) {
+				return nil
 			}
-			free <- s
 		}
-		free <- s
+		next++
+		return stash[next-1]
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -851,10 +942,8 @@ send:
 				}
 			}
 		}
-		var s *sendSlot
-		select {
-		case s = <-free:
-		case <-lctx.Done():
+		s := take()
+		if s == nil {
 			break send
 		}
 		now := time.Now()
@@ -869,9 +958,7 @@ send:
 		senders[i%len(senders)].send(s)
 	}
 	timer.Stop()
-	for range cap(free) { // wait for the sends outstanding
-		<-free
-	}
+	pool.wait(context.Background(), len(slots)-(len(stash)-next)) // the sends outstanding
 	finish()
 	res := m.result()
 	res.SendLag, res.Sent = lag, int64(lag.Count())

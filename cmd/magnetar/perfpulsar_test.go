@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -251,6 +252,82 @@ func TestRunProduceOpenLoop(t *testing.T) {
 	// during the stall, with latencies from 200 ms down to 0.
 	if p90 := res.Latency.Quantile(0.9); p90 < stall/4 {
 		t.Errorf("open loop: p90 %v with a %v stall at the start", p90, stall)
+	}
+}
+
+// heldSender holds sends until max of them are out, waits a little (the
+// load's loop is asleep by then), then finishes those it holds one at a
+// time. resumed has, for each send that came after max were out, how
+// many still were.
+type heldSender struct {
+	max     int
+	mu      sync.Mutex
+	out     int         // sent, not finished
+	held    []*sendSlot // sent since the last release
+	full    bool
+	resumed []int
+}
+
+func (h *heldSender) send(s *sendSlot) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.full {
+		h.resumed, h.full = append(h.resumed, h.out), false
+	}
+	h.out++
+	if h.held = append(h.held, s); h.out < h.max {
+		return
+	}
+	h.full = true
+	batch := h.held
+	h.held = nil
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		for _, s := range batch {
+			h.mu.Lock()
+			h.out--
+			h.mu.Unlock()
+			s.finish(nil)
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+}
+
+// TestRunProduceWakesPerBatch: a closed loop with every slot in flight
+// sends again only once slotBatch of them are back (waking per
+// acknowledgement cost a context switch per record); an open loop sends a
+// due message as soon as one slot is.
+func TestRunProduceWakesPerBatch(t *testing.T) {
+	const pending = 100
+	for _, tc := range []struct {
+		name string
+		rate float64
+		want func(out int) bool
+		says string
+	}{
+		{"closed loop", 0, func(out int) bool { return out <= pending-slotBatch }, fmt.Sprintf("≤ %d", pending-slotBatch)},
+		// One slot back is enough (a loop slow to wake may see two).
+		{"open loop", 1e6, func(out int) bool { return out > pending-slotBatch/2 }, fmt.Sprintf("> %d", pending-slotBatch/2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &heldSender{max: pending}
+			report, _ := collectPulsar()
+			cfg := produceLoad{MessageSize: 10, Duration: 300 * time.Millisecond, Rate: tc.rate, MaxPending: pending, Interval: time.Second}
+			res := runProduce(context.Background(), []asyncSender{h}, cfg, report)
+			if res.Failed != 0 || res.Total != res.Sent || res.Sent < 2*pending {
+				t.Fatalf("%d sent, %d acknowledged, %d failed", res.Sent, res.Total, res.Failed)
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if len(h.resumed) == 0 {
+				t.Fatal("the loop never had every slot out")
+			}
+			for i, out := range h.resumed {
+				if !tc.want(out) {
+					t.Fatalf("the loop went on with %d sends out after all %d were (the %dth of %d times); want %s", out, pending, i+1, len(h.resumed), tc.says)
+				}
+			}
+		})
 	}
 }
 
