@@ -51,6 +51,10 @@ type Bookie struct {
 	regDone   chan struct{}
 	gcStop    chan struct{}
 	gcDone    chan struct{}
+	roStop    chan struct{} // the read-only mark's loop (readonly.go)
+	roResync  chan struct{} // capacity 1: write the mark again
+	roDone    chan struct{}
+	roFailing bool // the loop's own: its last write of the mark failed
 	closeOnce sync.Once
 }
 
@@ -100,7 +104,8 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bookie{cfg: cfg, log: cfg.Logger, storage: st, server: srv, served: make(chan error, 1), regDone: make(chan struct{})}
+	b := &Bookie{cfg: cfg, log: cfg.Logger, storage: st, server: srv, served: make(chan error, 1), regDone: make(chan struct{}),
+		roStop: make(chan struct{}), roResync: make(chan struct{}, 1), roDone: make(chan struct{})}
 	go func() { b.served <- srv.Serve(cfg.Listener) }()
 	// Session events are watched from before the registration: an expiry
 	// right after it (before a goroutine got to subscribing) would
@@ -113,6 +118,7 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	}
 	b.regCtx, b.regCancel = context.WithCancel(context.Background())
 	go b.keepRegistered(events, stopEvents)
+	go b.keepReadOnlyMark(b.roStop, b.roResync, b.roDone)
 	b.gcStop, b.gcDone = make(chan struct{}), make(chan struct{})
 	switch interval := cfg.LedgerGCInterval; {
 	case interval == 0:
@@ -187,6 +193,10 @@ func (b *Bookie) keepRegistered(events <-chan meta.SessionEvent, stopEvents func
 				continue
 			}
 			b.log.Warn("metadata session expired; registering again", "path", b.registrationPath())
+			select { // the read-only mark went with the session too
+			case b.roResync <- struct{}{}:
+			default:
+			}
 			for b.regCtx.Err() == nil {
 				ctx, cancel := context.WithTimeout(b.regCtx, 30*time.Second)
 				err := b.register(ctx)
@@ -211,6 +221,8 @@ func (b *Bookie) Shutdown(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		b.regCancel()
 		<-b.regDone
+		close(b.roStop)
+		<-b.roDone
 		close(b.gcStop)
 		<-b.gcDone
 		if derr := b.cfg.Meta.Delete(ctx, b.registrationPath(), meta.AnyVersion); derr != nil && !errors.Is(derr, meta.ErrNotFound) {

@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -190,5 +191,85 @@ func TestCollectDeletedLedgers(t *testing.T) {
 		if _, err := b.storage.ReadEntry(id, 0); !errors.Is(err, storage.ErrNoLedger) {
 			t.Fatalf("ledger %d after collection: %v", id, err)
 		}
+	}
+}
+
+// readOnlyMark reads /bookies/readonly/<id>: whether it is there, and its
+// reason.
+func readOnlyMarkOf(t *testing.T, s meta.Store, id string) (bool, string) {
+	t.Helper()
+	v, st, err := s.Get(context.Background(), meta.Join(meta.BookiesReadOnlyRoot, id))
+	if errors.Is(err, meta.ErrNotFound) {
+		return false, ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Ephemeral {
+		t.Fatalf("read-only mark of %s is not ephemeral", id)
+	}
+	var m readOnlyMark
+	if err := json.Unmarshal(v, &m); err != nil {
+		t.Fatalf("read-only mark %q: %v", v, err)
+	}
+	return true, m.Reason
+}
+
+// TestReadOnlyMark: a bookie whose disk goes above its usage threshold
+// marks itself read-only in the metadata store, puts the mark back after a
+// session expiry, and removes it once it takes adds again, and at
+// shutdown.
+func TestReadOnlyMark(t *testing.T) {
+	n := newNode(t)
+	b, err := n.start(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := n.fs.(*vfs.MemFS)
+	setUsage := func(used uint64) {
+		t.Helper()
+		mem.TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: 100, UsedBytes: used, AvailBytes: 100 - used})
+		b.Storage().CheckDisks()
+	}
+	waitMark := func(want bool, what string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, reason := readOnlyMarkOf(t, n.store, n.id)
+			if got == want {
+				return reason
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: read-only mark there: %v, want %v", what, got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	setUsage(50)
+	time.Sleep(2 * readOnlyCheckInterval)
+	waitMark(false, "a disk half full")
+
+	setUsage(96)
+	if reason := waitMark(true, "a disk 96 % full"); !strings.Contains(reason, "above the disk-usage threshold") {
+		t.Errorf("the mark's reason: %q", reason)
+	}
+	_, _, watch, err := n.store.ExistsW(context.Background(), meta.Join(meta.BookiesReadOnlyRoot, n.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.store.ExpireSession()
+	if ev := <-watch; ev.Type != meta.EventDeleted {
+		t.Fatalf("read-only mark at the session's expiry: %+v", ev)
+	}
+	waitMark(true, "after a session expiry")
+
+	setUsage(85)
+	waitMark(false, "a disk back under the warning threshold")
+
+	setUsage(97)
+	waitMark(true, "a disk full again")
+	stop(t, b)
+	if got, _ := readOnlyMarkOf(t, n.store, n.id); got {
+		t.Fatal("read-only mark still there after shutdown")
 	}
 }

@@ -14,6 +14,7 @@ import (
 const (
 	LedgersRoot           = "/ledgers"                  // ledger metadata and id allocation
 	BookiesAvailableRoot  = "/bookies/available"        // one ephemeral node per live bookie
+	BookiesReadOnlyRoot   = "/bookies/readonly"         // one ephemeral node per bookie refusing adds
 	ManagedLedgersRoot    = "/managed-ledgers"          // ledger lists and cursors per topic
 	ClustersRoot          = "/admin/clusters"           // cluster definitions (service URLs)
 	TenantsRoot           = "/admin/tenants"            // tenant definitions

@@ -474,6 +474,45 @@ func testReadOnlyBookieLeftOut(t *testing.T, local bool) {
 	}
 }
 
+// TestReadOnlyMarkLeavesBookieOut: a bookie marked read-only in the
+// metadata store (/bookies/readonly/<id>, written by the bookie itself) is
+// left out of new ensembles without having refused anything, and is
+// placed on again as soon as the mark is gone.
+func TestReadOnlyMarkLeavesBookieOut(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	cl := newCluster(t, 2)
+	c := cl.client()
+	marked, other := cl.bookies[0], cl.bookies[1]
+	if err := meta.EnsurePath(ctx, cl.meta, meta.BookiesReadOnlyRoot); err != nil {
+		t.Fatal(err)
+	}
+	mark := meta.Join(meta.BookiesReadOnlyRoot, marked.addr)
+	if _, err := cl.meta.Create(ctx, mark, []byte(`{"reason":"test"}`), meta.Ephemeral); err != nil {
+		t.Fatal(err)
+	}
+	one := LedgerOptions{EnsembleSize: 1, WriteQuorum: 1, AckQuorum: 1}
+	for range 8 {
+		w, err := c.CreateLedger(ctx, one)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := ensembleBookie(cl, w, 0); b != other {
+			t.Fatalf("new ledger placed on %s, marked read-only", b.addr)
+		}
+	}
+	two := LedgerOptions{EnsembleSize: 2, WriteQuorum: 2, AckQuorum: 2}
+	if _, err := c.CreateLedger(ctx, two); !errors.Is(err, ErrNotEnoughBookies) || !strings.Contains(err.Error(), "1 read-only") {
+		t.Fatalf("a 2-bookie ledger with 1 of 2 marked read-only: %v", err)
+	}
+	if err := cl.meta.Delete(ctx, mark, meta.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateLedger(ctx, two); err != nil {
+		t.Fatalf("a 2-bookie ledger once the mark is gone: %v", err)
+	}
+}
+
 // TestRecoveryOnFullDisk: a bookie above its disk-usage threshold refuses
 // new adds but still takes the recovery adds that close a ledger it
 // fenced, so a ledger left open can be recovered and its topic opened.

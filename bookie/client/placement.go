@@ -49,12 +49,14 @@ func chooseBookies(available, exclude, readOnly []string, n int, perm func(k int
 }
 
 // readOnlyFor is how long a bookie that refused a write as read-only is
-// left out of new ensembles, replacements and re-replication. Its storage
-// stays read-only until it restarts (docs/bookies.md); a restarted bookie
-// is placed again at most this long after. Until then a broker whose only
-// bookie is read-only fails to create a ledger at once, before allocating
-// an id or writing metadata, rather than creating one per retry.
-const readOnlyFor = time.Minute
+// left out of new ensembles, replacements and re-replication, whatever
+// the metadata store says. A read-only bookie marks itself in the store
+// (/bookies/readonly/<id>, bookie/readonly.go) within a second or so and
+// is left out for as long as the mark is there; this covers the refusals
+// seen before the mark. Meanwhile a broker whose only bookie is read-only
+// fails to create a ledger at once, before allocating an id or writing
+// metadata, rather than creating one per retry.
+const readOnlyFor = 10 * time.Second
 
 // markReadOnly leaves addr out of placement for readOnlyFor, logging when
 // it starts to be.
@@ -65,24 +67,32 @@ func (c *Client) markReadOnly(addr string, err error) {
 	c.readOnly[addr] = now.Add(readOnlyFor)
 	c.roMu.Unlock()
 	if !known || now.After(until) {
-		c.log.Warn("bookie is read-only: no new ledgers, replacements or copies on it for a while", "bookie", addr, "for", readOnlyFor, "err", err)
+		c.log.Warn("bookie is read-only: no new ledgers, replacements or copies on it while it says so", "bookie", addr, "err", err)
 	}
 }
 
-// readOnlyBookies are the bookies left out of placement now.
-func (c *Client) readOnlyBookies() []string {
+// readOnlyBookies are the bookies left out of placement now: those marked
+// read-only in the metadata store, and those that refused a write as
+// read-only in the last readOnlyFor.
+func (c *Client) readOnlyBookies(ctx context.Context) ([]string, error) {
+	marked, err := c.meta.Children(ctx, meta.BookiesReadOnlyRoot)
+	if err != nil && !errors.Is(err, meta.ErrNotFound) {
+		return nil, fmt.Errorf("bookie client: listing read-only bookies: %w", err)
+	}
 	now := time.Now()
 	c.roMu.Lock()
 	defer c.roMu.Unlock()
-	var out []string
+	out := marked
 	for b, until := range c.readOnly {
 		if now.After(until) {
 			delete(c.readOnly, b)
 			continue
 		}
-		out = append(out, b)
+		if !slices.Contains(out, b) {
+			out = append(out, b)
+		}
 	}
-	return out
+	return out, nil
 }
 
 // availableBookies lists the registered bookies (children of
@@ -104,5 +114,9 @@ func (c *Client) pickBookies(ctx context.Context, exclude []string, n int) ([]st
 	if err != nil {
 		return nil, err
 	}
-	return chooseBookies(available, exclude, c.readOnlyBookies(), n, c.perm)
+	readOnly, err := c.readOnlyBookies(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return chooseBookies(available, exclude, readOnly, n, c.perm)
 }

@@ -171,7 +171,11 @@ func (c *Client) ReplicateLedger(ctx context.Context, id int64, o ReplicateOptio
 		}
 		f := frags[0]
 		ens := cur.md.Ensembles[f.ensemble].Bookies
-		repl, err := chooseBookies(available, ens, c.readOnlyBookies(), len(f.positions), c.perm)
+		readOnly, err := c.readOnlyBookies(ctx)
+		if err != nil {
+			return res, err
+		}
+		repl, err := chooseBookies(available, ens, readOnly, len(f.positions), c.perm)
 		if err != nil {
 			return res, fmt.Errorf("bookie client: re-replicating ledger %d entries %d..%d from %v: %w",
 				id, f.first, f.last, lostOf(ens, f.positions), err)

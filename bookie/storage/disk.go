@@ -141,6 +141,17 @@ func (s *Storage) compactionRoom() (room int64, full bool) {
 	return int64(s.disk.dataAvail / 4), s.disk.full != nil
 }
 
+// ReadOnly returns why the storage refuses adds now (wrapping
+// ErrReadOnly): a write failure, for good, or a disk above its usage
+// threshold, until it is back under the warning threshold; nil when it
+// takes them.
+func (s *Storage) ReadOnly() error {
+	if err := s.failure(); err != nil {
+		return err
+	}
+	return s.diskFull()
+}
+
 // CheckDisks looks at the disks' usage now, as the background check does
 // every DiskCheckInterval, and returns why adds are refused for lack of
 // space (wrapping ErrReadOnly), or nil.

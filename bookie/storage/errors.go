@@ -18,11 +18,14 @@ var (
 	ErrNoEntry = errors.New("storage: no such entry")
 	// ErrClosed: the storage was closed.
 	ErrClosed = errors.New("storage: closed")
-	// ErrReadOnly: an entry log, index or checkpoint write failed. The
-	// storage refuses every further mutation (adds, fences, deletes) rather
-	// than acknowledge what it cannot store; reads still work. The wrapped
-	// cause is the first failure. Restarting replays the journal.
-	ErrReadOnly = errors.New("storage: read-only after a write failure")
+	// ErrReadOnly: the storage refuses adds. Either an entry log, index
+	// or checkpoint write failed: it then refuses every further mutation
+	// (adds, fences, deletes) rather than acknowledge what it cannot
+	// store, until a restart replays the journal, and the wrapped cause is
+	// the first failure. Or a disk is above its usage threshold (disk.go):
+	// adds only, until it is back under the warning threshold. Reads
+	// still work.
+	ErrReadOnly = errors.New("storage: read-only")
 	// ErrCorruption is matched (errors.Is) by every *CorruptionError.
 	ErrCorruption = errors.New("storage: corruption")
 

@@ -136,7 +136,7 @@ func (s *Storage) fail(err error) error {
 		if errors.Is(err, ErrReadOnly) {
 			s.failed = err
 		} else {
-			s.failed = fmt.Errorf("%w: %w", ErrReadOnly, err)
+			s.failed = fmt.Errorf("%w after a write failure: %w", ErrReadOnly, err)
 		}
 		s.logger.Error("storage: write failure, now read-only", "err", err)
 		s.ackMu.Lock()
