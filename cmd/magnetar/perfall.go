@@ -168,7 +168,9 @@ func newPerfAllCommand(a *app) *cobra.Command {
    than 5 % above it): on a shared virtual machine a 10 s figure moves
    with the minute it ran in, and the earlier phases run the floors
    minutes before Magnetar, and the batched produce long after the Kafka
-   produce it is compared with. Every round is in a table of its own.
+   produce it is compared with. Every round is in a table of its own,
+   with the load generator's send lag p99 and, for Magnetar, its
+   bookie's slowest journal fdatasync over each publish latency load.
 
 Each load runs perf-duration (a consume: until it has read everything; the
 partitions: until they are all open); the first perf-warmup of a produce or
@@ -802,6 +804,29 @@ func (h histDelta) quantile(q float64) (float64, bool) {
 		lo, below = h.le[i], c
 	}
 	return lo * 1000, true
+}
+
+// slowest says in ms what the slowest observation was at most ("≤ 2.5"),
+// from the bucket that holds it: "> 10.0" when beyond the last finite
+// bound; "-" with no observations.
+func (h histDelta) slowest() string {
+	n := len(h.counts)
+	if n == 0 || h.counts[n-1] <= 0 {
+		return "-"
+	}
+	for i, c := range h.counts {
+		if c < h.counts[n-1] {
+			continue
+		}
+		if math.IsInf(h.le[i], 1) {
+			if i == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("> %.1f", h.le[i-1]*1000)
+		}
+		return fmt.Sprintf("≤ %.1f", h.le[i]*1000)
+	}
+	return "-"
 }
 
 // scrapeHists reads the histograms' buckets from a Prometheus text page,

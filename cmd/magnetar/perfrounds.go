@@ -34,10 +34,19 @@ import (
 // over it (a fraction; NaN where not measured), against Magnetar and
 // against the load's durable no-op broker (none for the Kafka produce);
 // for a produce, also the CPU per MB of the two parties.
+//
+// For a publish latency load also the load generator's own lateness (the
+// p99 of its send lag, in ms: how late it sent the messages due, which a
+// broker's answers do not cause) against each, and the slowest journal fdatasync of
+// Magnetar's bookie over the load (histDelta.slowest): what tells a
+// round's bad p99 made by the host from one made by the standalone or its
+// disk.
 type roundSeries struct {
 	magnetar, floor           []float64
 	magnetarSteal, floorSteal []float64
 	magnetarCPU, floorCPU     []cpuSplit
+	magnetarLag, floorLag     []float64
+	magnetarSync              []string
 }
 
 // cpuSplit is what a produce cost the two parties sharing the machine's
@@ -167,6 +176,7 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 		}()
 		floors[protocol] = c
 	}
+	metrics := "http://" + sa.ready.HTTP + "/metrics"
 	saClient, err := newBenchPulsarClient(b.log, "pulsar://"+sa.ready.Pulsar)
 	if err != nil {
 		return err
@@ -231,10 +241,18 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 				var f *pulsarResult
 				var runErr error
 				produce := roundsUnit(load) == "MB/s"
+				var syncs histDelta
 				steal, measured := b.stealDuring(func() {
-					if produce {
+					switch {
+					case produce:
 						f, runErr = b.measureCPU(p.pid, func() (*pulsarResult, error) { return p.run(ctx) })
-					} else {
+					case p.name == "magnetar":
+						syncs, runErr = b.journalSyncsDuring(ctx, metrics, func() error {
+							var err error
+							f, err = p.run(ctx)
+							return err
+						})
+					default:
 						f, runErr = p.run(ctx)
 					}
 				})
@@ -251,10 +269,17 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 					return fmt.Errorf("round %d: %s: %s: %w", round, p.name, load, runErr)
 				}
 				v := figure(load, f)
+				lag := math.NaN()
+				if !produce {
+					lag = ms(f.SendLag.Quantile(0.99))
+				}
 				if p.name == "magnetar" {
-					s.magnetar, s.magnetarSteal = append(s.magnetar, v), append(s.magnetarSteal, steal)
+					s.magnetar, s.magnetarSteal, s.magnetarLag = append(s.magnetar, v), append(s.magnetarSteal, steal), append(s.magnetarLag, lag)
+					if !produce {
+						s.magnetarSync = append(s.magnetarSync, syncs.slowest())
+					}
 				} else {
-					s.floor, s.floorSteal = append(s.floor, v), append(s.floorSteal, steal)
+					s.floor, s.floorSteal, s.floorLag = append(s.floor, v), append(s.floorSteal, steal), append(s.floorLag, lag)
 				}
 				if produce {
 					split := splitOf(f)
@@ -280,6 +305,22 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 	return nil
 }
 
+// journalSyncsDuring runs load and returns the standalone's journal
+// fdatasyncs over it, scraping metrics before and after. A failed scrape
+// is logged and gives no syncs: the load's own figures still count.
+func (b *benchRun) journalSyncsDuring(ctx context.Context, metrics string, load func() error) (histDelta, error) {
+	before, berr := scrapeHists(ctx, metrics)
+	if err := load(); err != nil {
+		return histDelta{}, err
+	}
+	after, aerr := scrapeHists(ctx, metrics)
+	if err := errors.Join(berr, aerr); err != nil {
+		b.log.Warn("perf all: the standalone's journal syncs could not be read", "err", err)
+		return histDelta{}, nil
+	}
+	return after[syncLatencyMetric].minus(before[syncLatencyMetric]), nil
+}
+
 // roundsTable lists every round of every load: the figures and the steal
 // of Magnetar and of the floor; nil if no rounds ran.
 func roundsTable(res *benchResults) *table {
@@ -287,12 +328,21 @@ func roundsTable(res *benchResults) *table {
 		return nil
 	}
 	t := &table{head: []string{"load", "round", "figure", "magnetar", "durable no-op", "magnetar ÷ durable no-op", "steal % (magnetar)", "steal % (durable no-op)",
-		"CPU ms per MB, client + broker (magnetar)", "CPU ms per MB, client + broker (durable no-op)"}}
-	pct := func(v []float64, i int) string {
+		"CPU ms per MB, client + broker (magnetar)", "CPU ms per MB, client + broker (durable no-op)",
+		"send lag p99 ms (magnetar)", "send lag p99 ms (durable no-op)", "slowest journal sync ms (magnetar)"}}
+	num := func(v []float64, i int, scale float64, format string) string {
 		if i >= len(v) || math.IsNaN(v[i]) {
 			return "-"
 		}
-		return fmt.Sprintf("%.1f", 100*v[i])
+		return fmt.Sprintf(format, scale*v[i])
+	}
+	pct := func(v []float64, i int) string { return num(v, i, 100, "%.1f") }
+	lag := func(v []float64, i int) string { return num(v, i, 1, "%.3f") }
+	str := func(v []string, i int) string {
+		if i >= len(v) {
+			return "-"
+		}
+		return v[i]
 	}
 	cpu := func(v []cpuSplit, i int) string {
 		if i >= len(v) {
@@ -315,14 +365,15 @@ func roundsTable(res *benchResults) *table {
 				floor, vs = fmt.Sprintf(format, s.floor[i]), fmt.Sprintf("%.2f", ratio(s.magnetar[i], s.floor[i]))
 			}
 			t.rows = append(t.rows, []string{load, fmt.Sprint(i + 1), roundsUnit(load), fmt.Sprintf(format, s.magnetar[i]), floor, vs,
-				pct(s.magnetarSteal, i), pct(s.floorSteal, i), cpu(s.magnetarCPU, i), cpu(s.floorCPU, i)})
+				pct(s.magnetarSteal, i), pct(s.floorSteal, i), cpu(s.magnetarCPU, i), cpu(s.floorCPU, i),
+				lag(s.magnetarLag, i), lag(s.floorLag, i), str(s.magnetarSync, i)})
 		}
 	}
 	return t
 }
 
 // roundsNote says what the rounds table is.
-const roundsNote = `The goals against a floor, in rounds: after the other loads, on a fresh standalone and fresh durable no-op brokers, each publish latency load against Magnetar and against its durable no-op broker back to back, then Magnetar's Kafka produce on 1 partition and the batched Pulsar produce against both, the order swapped every round (the floor first in odd rounds), the host's CPU steal over each, and for the produces the CPU time (user and system) per MB acknowledged of the client (the benchmark's process) and of the broker's process, warm-up included: the two share the machine's CPUs, so a produce that fills them goes as fast as the two costs together allow; the "median of the rounds" rows above are these, and the publish p99 goals and the batched produce's are judged on them`
+const roundsNote = `The goals against a floor, in rounds: after the other loads, on a fresh standalone and fresh durable no-op brokers, each publish latency load against Magnetar and against its durable no-op broker back to back, then Magnetar's Kafka produce on 1 partition and the batched Pulsar produce against both, the order swapped every round (the floor first in odd rounds), the host's CPU steal over each, and for the produces the CPU time (user and system) per MB acknowledged of the client (the benchmark's process) and of the broker's process, warm-up included: the two share the machine's CPUs, so a produce that fills them goes as fast as the two costs together allow; for the publish latency loads the p99 of the load generator's send lag against each (how late it sent the messages due: a busy host, or the broker taking its CPUs, not the broker's answers) and the slowest journal fdatasync of Magnetar's bookie over the load, by the bucket of magnetar_bookie_journal_sync_latency_seconds that holds it; the "median of the rounds" rows above are these, and the publish p99 goals and the batched produce's are judged on them`
 
 // roundsFloorLimit names, in benchLimits, the median of the floor's
 // figures over the rounds of load.
