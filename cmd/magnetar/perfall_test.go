@@ -46,7 +46,7 @@ func runPerfAllBinary(t *testing.T, extra ...string) (int, string, string) {
 	defer cancel()
 	args := append([]string{"perf", "all", "--data-dir", diskDir(t),
 		"--perf-duration", "300ms", "--perf-warmup", "50ms", "--perf-limits-duration", "100ms",
-		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--perf-all-partitions", "30", "--perf-all-rounds", "2", "--log-level", "warn"}, extra...)
+		"--perf-all-topics", "10", "--perf-all-topics-rate", "500", "--perf-all-partitions", "30", "--perf-all-rounds", "2", "--perf-all-settle", "10ms", "--log-level", "warn"}, extra...)
 	cmd := exec.CommandContext(ctx, magnetarBinary(t), args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envPrefix) {
@@ -201,6 +201,11 @@ func TestPerfAll(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
 	}
+	// A settle before each phase that writes to the disk: the three
+	// durable no-op brokers, the standalone, the rounds.
+	if n := strings.Count(out, "[settle] sync, then 10ms for the disk"); n != 5 {
+		t.Errorf("%d settles, want 5 (before each phase writing to the disk):\n%s", n, out)
+	}
 	// The floor first in odd rounds, Magnetar first in even ones.
 	for round, first := range map[int]string{1: "durable no-op kafka", 2: "magnetar"} {
 		second := map[string]string{"magnetar": "durable no-op kafka", "durable no-op kafka": "magnetar"}[first]
@@ -337,6 +342,7 @@ func TestPerfAllUsageErrors(t *testing.T) {
 		{[]string{"--perf-all-partitions", "0"}, `invalid perf-all-partitions "0"`},
 		{[]string{"--perf-all-partitions", "65537"}, `invalid perf-all-partitions "65537"`},
 		{[]string{"--perf-all-rounds", "-1"}, `invalid perf-all-rounds "-1"`},
+		{[]string{"--perf-all-settle", "-1s"}, `invalid perf-all-settle "-1s"`},
 		{[]string{"--perf-all-rounds", "26"}, `invalid perf-all-rounds "26"`},
 		{[]string{"--perf-standalone-flags", "--entry-log-direct-io fsync"}, `"fsync" is not a flag`},
 	} {
