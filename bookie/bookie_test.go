@@ -273,3 +273,34 @@ func TestReadOnlyMark(t *testing.T) {
 		t.Fatal("read-only mark still there after shutdown")
 	}
 }
+
+// TestReadOnlyMarkReplacesOld: a bookie started read-only (its disk above
+// the usage threshold at open) replaces a mark left under its id, which
+// could be its previous session's, due to vanish when that expires.
+func TestReadOnlyMarkReplacesOld(t *testing.T) {
+	n := newNode(t)
+	ctx := context.Background()
+	if err := meta.EnsurePath(ctx, n.store, meta.BookiesReadOnlyRoot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.store.Create(ctx, meta.Join(meta.BookiesReadOnlyRoot, n.id), []byte(`{"reason":"an old session's"}`), meta.Ephemeral); err != nil {
+		t.Fatal(err)
+	}
+	n.fs.(*vfs.MemFS).TestingSetDiskUsage(vfs.DiskUsage{TotalBytes: 100, UsedBytes: 97, AvailBytes: 3})
+	b, err := n.start(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, b)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, reason := readOnlyMarkOf(t, n.store, n.id)
+		if ok && strings.Contains(reason, "above the disk-usage threshold") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mark left before the bookie started is still there: %v, %q", ok, reason)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

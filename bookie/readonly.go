@@ -34,6 +34,15 @@ func (b *Bookie) readOnlyPath() string { return meta.Join(meta.BookiesReadOnlyRo
 // expiry, which took the ephemeral mark away too.
 func (b *Bookie) keepReadOnlyMark(stop, resync <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // a write in progress does not hold up Shutdown
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	t := time.NewTicker(readOnlyCheckInterval)
 	defer t.Stop()
 	// force: write the mark whatever marked says (at start, after a
@@ -41,7 +50,7 @@ func (b *Bookie) keepReadOnlyMark(stop, resync <-chan struct{}, done chan<- stru
 	marked, force := false, true
 	for {
 		if why := b.storage.ReadOnly(); force || (why != nil) != marked {
-			force = !b.setReadOnlyMark(why, marked)
+			force = !b.setReadOnlyMark(ctx, why, marked)
 			if !force {
 				marked = why != nil
 			}
@@ -51,8 +60,11 @@ func (b *Bookie) keepReadOnlyMark(stop, resync <-chan struct{}, done chan<- stru
 		case <-resync:
 			force = true
 		case <-stop:
-			if marked {
-				b.setReadOnlyMark(nil, true)
+			// force: a failed create may have made the node all the same.
+			if marked || force {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				b.setReadOnlyMark(ctx, nil, marked)
 			}
 			return
 		}
@@ -62,8 +74,8 @@ func (b *Bookie) keepReadOnlyMark(stop, resync <-chan struct{}, done chan<- stru
 // setReadOnlyMark creates the mark (why != nil) or deletes it; was says
 // whether it was there. On a failure it logs and returns false, for the
 // next check to try again.
-func (b *Bookie) setReadOnlyMark(why error, was bool) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (b *Bookie) setReadOnlyMark(ctx context.Context, why error, was bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	p := b.readOnlyPath()
 	if why == nil {
@@ -79,18 +91,24 @@ func (b *Bookie) setReadOnlyMark(why error, was bool) bool {
 	}
 	v, _ := json.Marshal(readOnlyMark{Reason: why.Error(), Since: time.Now().UnixMilli()})
 	err := meta.EnsurePath(ctx, b.cfg.Meta, meta.BookiesReadOnlyRoot)
-	if err == nil {
-		_, err = b.cfg.Meta.Create(ctx, p, v, meta.Ephemeral)
+	for try := 0; err == nil; try++ {
+		if _, err = b.cfg.Meta.Create(ctx, p, v, meta.Ephemeral); !errors.Is(err, meta.ErrExists) || try == 2 {
+			break
+		}
+		// A mark left by this bookie's previous session, which would
+		// vanish when that session expires: replace it with ours, as
+		// register does the registration. (Ours is written again only
+		// when forced, and a moment without it is harmless.)
+		if err = b.cfg.Meta.Delete(ctx, p, meta.AnyVersion); errors.Is(err, meta.ErrNotFound) {
+			err = nil
+		}
 	}
-	if err == nil || errors.Is(err, meta.ErrExists) {
-		b.roFailing = false
-	}
-	switch {
-	case errors.Is(err, meta.ErrExists):
-	case err != nil:
+	if err != nil {
 		b.markFailed("bookie: cannot mark itself read-only; clients learn it from refused adds", p, err)
 		return false
-	case !was:
+	}
+	b.roFailing = false
+	if !was {
 		b.log.Warn("bookie: refuses adds; marked read-only for clients", "path", p, "reason", why)
 	}
 	return true

@@ -1070,8 +1070,6 @@ type standaloneChild struct {
 
 const childTailLines = 20
 
-// removeData removes a stopped broker's data directory, saying how much
-// it held.
 // settle syncs the file systems and waits perf-all-settle, so that a
 // phase does not pay for the deletions of the one before. Measured here
 // (BENCHMARKS.md, twenty-fifth look): a fresh standalone's produce right
@@ -1091,6 +1089,8 @@ func (b *benchRun) settle(ctx context.Context) error {
 	}
 }
 
+// removeData removes a stopped broker's data directory, saying how much
+// it held.
 func (b *benchRun) removeData(dir string) error {
 	var n int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {

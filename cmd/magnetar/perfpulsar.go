@@ -863,8 +863,13 @@ type produceLoad struct {
 }
 
 // slotBatch is how many acknowledgements wake a closed loop that has
-// every slot in flight.
+// every slot in flight (closedLoopBatch).
 const slotBatch = 64
+
+// closedLoopBatch is how many of n slots a closed loop with every slot in
+// flight waits for: slotBatch, but never more than a quarter of them, so
+// that a small pipeline does not drain before the loop sends again.
+func closedLoopBatch(n int) int { return max(1, min(slotBatch, n/4)) }
 
 // runProduce sends messages round robin over senders as cfg says until
 // cfg.Duration has passed or ctx ends, then waits for the sends
@@ -910,7 +915,7 @@ func runProduce(ctx context.Context, senders []asyncSender, cfg produceLoad, rep
 	// an open loop sends a due message as soon as any slot is free.
 	batch := 1
 	if cfg.Rate == 0 {
-		batch = min(len(slots), slotBatch)
+		batch = closedLoopBatch(len(slots))
 	}
 	next := 0 // stash[next:] are the loop's
 	take := func() *sendSlot {

@@ -279,10 +279,15 @@ func (h *heldSender) send(s *sendSlot) {
 		return
 	}
 	h.full = true
+	h.releaseLocked(20 * time.Millisecond)
+}
+
+// releaseLocked finishes what is held, one at a time, after wait.
+func (h *heldSender) releaseLocked(wait time.Duration) {
 	batch := h.held
 	h.held = nil
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(wait)
 		for _, s := range batch {
 			h.mu.Lock()
 			h.out--
@@ -293,26 +298,44 @@ func (h *heldSender) send(s *sendSlot) {
 	}()
 }
 
+// releaseAll finishes whatever is still held: the sends of a load that
+// ended before they added up to max.
+func (h *heldSender) releaseAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.releaseLocked(0)
+}
+
 // TestRunProduceWakesPerBatch: a closed loop with every slot in flight
-// sends again only once slotBatch of them are back (waking per
+// sends again only once closedLoopBatch of them are back (waking per
 // acknowledgement cost a context switch per record); an open loop sends a
 // due message as soon as one slot is.
 func TestRunProduceWakesPerBatch(t *testing.T) {
+	for n, want := range map[int]int{10_000: slotBatch, 100: 25, 3: 1} {
+		if got := closedLoopBatch(n); got != want {
+			t.Errorf("a closed loop of %d slots waits for %d, want %d", n, got, want)
+		}
+	}
 	const pending = 100
+	batch := closedLoopBatch(pending) // 25: a quarter of the slots
 	for _, tc := range []struct {
 		name string
 		rate float64
 		want func(out int) bool
 		says string
 	}{
-		{"closed loop", 0, func(out int) bool { return out <= pending-slotBatch }, fmt.Sprintf("≤ %d", pending-slotBatch)},
+		{"closed loop", 0, func(out int) bool { return out <= pending-batch }, fmt.Sprintf("≤ %d", pending-batch)},
 		// One slot back is enough (a loop slow to wake may see two).
-		{"open loop", 1e6, func(out int) bool { return out > pending-slotBatch/2 }, fmt.Sprintf("> %d", pending-slotBatch/2)},
+		{"open loop", 1e6, func(out int) bool { return out > pending-batch/2 }, fmt.Sprintf("> %d", pending-batch/2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &heldSender{max: pending}
 			report, _ := collectPulsar()
 			cfg := produceLoad{MessageSize: 10, Duration: 300 * time.Millisecond, Rate: tc.rate, MaxPending: pending, Interval: time.Second}
+			// A load that ends part-way through a batch leaves sends
+			// held; its last wait is for them.
+			release := time.AfterFunc(cfg.Duration+50*time.Millisecond, h.releaseAll)
+			defer release.Stop()
 			res := runProduce(context.Background(), []asyncSender{h}, cfg, report)
 			if res.Failed != 0 || res.Total != res.Sent || res.Sent < 2*pending {
 				t.Fatalf("%d sent, %d acknowledged, %d failed", res.Sent, res.Total, res.Failed)
