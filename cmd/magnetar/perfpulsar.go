@@ -761,11 +761,10 @@ type sendSlot struct {
 type slotPool struct {
 	m *pulsarMeter
 
-	mu      sync.Mutex
-	free    []*sendSlot // given back, in the order they finished
-	need    int         // while waiting: how many free slots wake the sender
-	waiting bool
-	wake    chan struct{} // capacity 1
+	mu   sync.Mutex
+	free []*sendSlot   // given back, in the order they finished
+	need int           // how many free slots wake the sender; 0: it is not waiting
+	wake chan struct{} // capacity 1
 }
 
 // finish records the message's outcome and gives the slot back.
@@ -779,9 +778,9 @@ func (s *sendSlot) finish(err error) {
 	}
 	p.mu.Lock()
 	p.free = append(p.free, s)
-	wake := p.waiting && len(p.free) >= p.need
+	wake := p.need > 0 && len(p.free) >= p.need
 	if wake {
-		p.waiting = false
+		p.need = 0
 	}
 	p.mu.Unlock()
 	if wake {
@@ -806,17 +805,17 @@ func (p *slotPool) wait(ctx context.Context, n int) bool {
 	for {
 		p.mu.Lock()
 		if len(p.free) >= n {
-			p.waiting = false
+			p.need = 0
 			p.mu.Unlock()
 			return true
 		}
-		p.waiting, p.need = true, n
+		p.need = max(n, 1)
 		p.mu.Unlock()
 		select {
 		case <-p.wake: // perhaps an old one: look again
 		case <-ctx.Done():
 			p.mu.Lock()
-			p.waiting = false
+			p.need = 0
 			p.mu.Unlock()
 			return false
 		}
