@@ -120,6 +120,14 @@ func (p *proc) waitLine(substr string, timeout time.Duration) string {
 	}
 }
 
+// logged reports whether the process has written a stderr line
+// containing substr so far.
+func (p *proc) logged(substr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Contains(p.stderr.String(), substr)
+}
+
 func (p *proc) signal(sig os.Signal) {
 	p.t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
