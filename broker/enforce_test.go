@@ -81,9 +81,15 @@ func TestNamespaceRetention(t *testing.T) {
 	if got := ml.Ledgers(); len(got) != 2 || got[0].Entries != 3 {
 		t.Fatalf("ledgers %+v, want the acknowledged one and the new one", got)
 	}
+	// A background trim (after a cursor's position is persisted) may run
+	// at the advanced time before this one does; trims run one at a time,
+	// so once this one returns the acknowledged ledger is gone either way.
 	st.clock.Advance(61 * time.Minute)
-	if n, err := ml.TrimConsumed(ctx); err != nil || n != 1 {
-		t.Fatalf("TrimConsumed past the retention time: %d, %v; want the acknowledged ledger trimmed", n, err)
+	if n, err := ml.TrimConsumed(ctx); err != nil || n > 1 {
+		t.Fatalf("TrimConsumed past the retention time: %d, %v", n, err)
+	}
+	if got := ml.Ledgers(); len(got) != 1 || got[0].Entries != 0 {
+		t.Fatalf("ledgers %+v past the retention time, want the acknowledged one trimmed", got)
 	}
 
 	// A change applies in place (the topic stays loaded) and trims at once.
