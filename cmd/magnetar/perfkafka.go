@@ -447,8 +447,9 @@ func kafkaProducerOpts(cfg perfKafkaConfig) []kgo.Opt {
 // kafkaSender adapts a franz-go client to the produce load of perf
 // produce (runProduce): each message's payload is one record's value.
 // Each slot keeps its record and promise, so a send allocates nothing of
-// the load's own, and the record's timestamp is the load's send time, so
-// the client reads no clock for it.
+// the load's own. The record's timestamp is when the message was due
+// (the send time in a closed loop), so the client reads no clock for it,
+// and the promise finds the due time and the size in the record.
 type kafkaSender struct {
 	cl    *kgo.Client
 	spare []kafkaSlot // allocated, not yet a slot's: slots' records sit side by side
@@ -471,13 +472,14 @@ func (k *kafkaSender) send(s *sendSlot) {
 			k.spare = make([]kafkaSlot, 256)
 		}
 		ks, k.spare = &k.spare[0], k.spare[1:]
-		ks.promise = func(_ *kgo.Record, err error) { s.finish(err) }
+		pool, i := s.pool, s.index
+		ks.promise = func(r *kgo.Record, err error) { pool.finish(i, r.Timestamp, len(r.Value), err) }
 		s.state = ks
 	}
 	// franz-go does not touch a record after calling its promise, and
 	// sets what it sends of it but the key, value, headers and
 	// timestamp: the record needs only its new timestamp.
-	ks.rec.Value, ks.rec.Timestamp = s.payload, s.sent
+	ks.rec.Value, ks.rec.Timestamp = s.payload, s.due
 	k.cl.Produce(context.Background(), &ks.rec, ks.promise)
 }
 

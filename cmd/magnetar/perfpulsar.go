@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"math/rand/v2"
 	"net/url"
 	"slices"
@@ -748,6 +749,7 @@ type sendSlot struct {
 	due     time.Time // when the message was to go (open loop), or went
 	sent    time.Time // when it went
 	pool    *slotPool
+	index   int // in the load's array
 	state   any
 }
 
@@ -758,27 +760,70 @@ type sendSlot struct {
 // per message: a channel of slots woke the sender for each record, a
 // futex wake and a context switch per record, and made the Kafka load
 // spend more CPU than the broker it measured.
+//
+// The free slots are a set of indexes, which the loop takes in the
+// array's order (slotSet.pop), not in the order they finished: with
+// several partitions, records come back a partition's batch at a time,
+// and reusing slots in that order shuffled them a little more on every
+// round, until each send, each acknowledgement and the client's own
+// per-record work reached a slot at random in megabytes of them, a cache
+// miss apiece (on 4 partitions a quarter of the Kafka client's CPU, not
+// seen on 1 partition, where records come back in the order they went).
 type slotPool struct {
 	m *pulsarMeter
 
 	mu   sync.Mutex
-	free []*sendSlot   // given back, in the order they finished
+	free slotSet       // given back
 	need int           // how many free slots wake the sender; 0: it is not waiting
 	wake chan struct{} // capacity 1
 }
 
+// slotSet is a set of slot indexes, one bit each.
+type slotSet struct {
+	bits []uint64
+	n    int // bits set
+	w    int // pop's place: the words before it are zero
+}
+
+func newSlotSet(slots int) slotSet {
+	return slotSet{bits: make([]uint64, (slots+63)/64)}
+}
+
+func (f *slotSet) add(i int) {
+	f.bits[i/64] |= 1 << (i % 64)
+	f.n++
+}
+
+// pop removes and returns the lowest index in the set; false if empty.
+func (f *slotSet) pop() (int, bool) {
+	for ; f.w < len(f.bits); f.w++ {
+		if b := f.bits[f.w]; b != 0 {
+			f.bits[f.w] = b & (b - 1)
+			f.n--
+			return f.w*64 + bits.TrailingZeros64(b), true
+		}
+	}
+	return 0, false
+}
+
 // finish records the message's outcome and gives the slot back.
-func (s *sendSlot) finish(err error) {
+func (s *sendSlot) finish(err error) { s.pool.finish(s.index, s.due, len(s.payload), err) }
+
+// finish records the outcome of the message of size bytes due at due,
+// sent from slot i, and gives the slot back. It does not read the slot:
+// a sender that has due and size at hand (the Kafka sender, in the record
+// its client hands back) spares the acknowledging goroutine a read of
+// memory the sending goroutine wrote last, on another CPU.
+func (p *slotPool) finish(i int, due time.Time, size int, err error) {
 	now := time.Now()
-	p := s.pool
 	if err != nil {
 		p.m.fail(err)
 	} else {
-		p.m.done(now, now.Sub(s.due), len(s.payload))
+		p.m.done(now, now.Sub(due), size)
 	}
 	p.mu.Lock()
-	p.free = append(p.free, s)
-	wake := p.need > 0 && len(p.free) >= p.need
+	p.free.add(i)
+	wake := p.need > 0 && p.free.n >= p.need
 	if wake {
 		p.need = 0
 	}
@@ -791,9 +836,10 @@ func (s *sendSlot) finish(err error) {
 	}
 }
 
-// swap returns the free slots, taking mine (empty) as the pool's array
-// for the next ones.
-func (p *slotPool) swap(mine []*sendSlot) []*sendSlot {
+// swap returns the free slots, taking mine (empty) as the pool's set for
+// the next ones.
+func (p *slotPool) swap(mine slotSet) slotSet {
+	mine.w = 0
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	mine, p.free = p.free, mine
@@ -804,7 +850,7 @@ func (p *slotPool) swap(mine []*sendSlot) []*sendSlot {
 func (p *slotPool) wait(ctx context.Context, n int) bool {
 	for {
 		p.mu.Lock()
-		if len(p.free) >= n {
+		if p.free.n >= n {
 			p.need = 0
 			p.mu.Unlock()
 			return true
@@ -895,20 +941,19 @@ func runProduce(ctx context.Context, senders []asyncSender, cfg produceLoad, rep
 
 	// Invariant: a slot is in the pool from its finish until the loop
 	// takes it for a send; having every slot back therefore waits for
-	// every send. The slots are one array, handed out in its order at
-	// first: a request's records come back together and go out again
-	// together, so the loop walks through memory rather than jumping
-	// about the heap.
+	// every send. The slots are one array, handed out in its order (see
+	// slotPool), so the loop, the client and the acknowledgements walk
+	// through memory rather than jumping about it.
 	slots := make([]sendSlot, max(cfg.MaxPending, 1))
-	pool := &slotPool{m: m, wake: make(chan struct{}, 1)}
-	stash := make([]*sendSlot, len(slots)) // taken from the pool, not yet sent
+	pool := &slotPool{m: m, free: newSlotSet(len(slots)), wake: make(chan struct{}, 1)}
+	stash := newSlotSet(len(slots)) // taken from the pool, not yet sent
 	for i := range slots {
 		s := &slots[i]
-		s.payload, s.pool = payload, pool
+		s.payload, s.pool, s.index = payload, pool, i
 		if cfg.Stamp {
 			s.payload = slices.Clone(payload)
 		}
-		stash[i] = s
+		stash.add(i)
 	}
 	// A closed loop with every slot in flight waits for a batch of them;
 	// an open loop sends a due message as soon as any slot is free.
@@ -916,16 +961,15 @@ func runProduce(ctx context.Context, senders []asyncSender, cfg produceLoad, rep
 	if cfg.Rate == 0 {
 		batch = closedLoopBatch(len(slots))
 	}
-	next := 0 // stash[next:] are the loop's
 	take := func() *sendSlot {
-		for next == len(stash) {
-			stash, next = pool.swap(stash[:0]), 0
-			if len(stash) == 0 && !pool.wait(lctx, batch) {
+		for {
+			if i, ok := stash.pop(); ok {
+				return &slots[i]
+			}
+			if stash = pool.swap(stash); stash.n == 0 && !pool.wait(lctx, batch) {
 				return nil
 			}
 		}
-		next++
-		return stash[next-1]
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -962,7 +1006,7 @@ send:
 		senders[i%len(senders)].send(s)
 	}
 	timer.Stop()
-	pool.wait(context.Background(), len(slots)-(len(stash)-next)) // the sends outstanding
+	pool.wait(context.Background(), len(slots)-stash.n) // the sends outstanding
 	finish()
 	res := m.result()
 	res.SendLag, res.Sent = lag, int64(lag.Count())

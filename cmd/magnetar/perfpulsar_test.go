@@ -354,6 +354,54 @@ func TestRunProduceWakesPerBatch(t *testing.T) {
 	}
 }
 
+// TestSlotPoolGivesSlotsInOrder: the loop takes free slots in the array's
+// order, whatever order they finished in (a Kafka client gives records
+// back a partition's batch at a time), and a set it has emptied takes
+// slots again.
+func TestSlotPoolGivesSlotsInOrder(t *testing.T) {
+	const n = 200
+	m := newPulsarMeter(time.Now(), 0)
+	p := &slotPool{m: m, free: newSlotSet(n), wake: make(chan struct{}, 1)}
+	finish := func(i int) { p.finish(i, time.Now(), 10, nil) }
+	for part := range 4 {
+		for i := part; i < n; i += 4 {
+			finish(i)
+		}
+	}
+	pops := func(set *slotSet) []int {
+		var got []int
+		for i, ok := set.pop(); ok; i, ok = set.pop() {
+			got = append(got, i)
+		}
+		return got
+	}
+	set := p.swap(newSlotSet(n))
+	if set.n != n {
+		t.Fatalf("%d free after %d finished", set.n, n)
+	}
+	got := pops(&set)
+	for i, idx := range got {
+		if idx != i {
+			t.Fatalf("taken in the order %v, want 0 to %d", got, n-1)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("%d taken of %d free", len(got), n)
+	}
+	if set.n != 0 {
+		t.Fatalf("%d left in an emptied set", set.n)
+	}
+	finish(130)
+	finish(3)
+	set = p.swap(set)
+	if got := pops(&set); !slices.Equal(got, []int{3, 130}) {
+		t.Fatalf("the emptied set, given back and swapped again, gave %v; want [3 130]", got)
+	}
+	if res := m.result(); res.Total != n+2 || res.Bytes != 10*(n+2) {
+		t.Errorf("the meter counted %d messages, %d bytes; want %d, %d", res.Total, res.Bytes, n+2, 10*(n+2))
+	}
+}
+
 // TestRunProduceWarmup: the summary leaves out what completed during the
 // warm-up.
 func TestRunProduceWarmup(t *testing.T) {
