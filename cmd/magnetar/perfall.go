@@ -366,6 +366,16 @@ type benchResults struct {
 	// broker holds, by latency load, the standalone's own latency
 	// histograms over the load (scraped from /metrics before and after).
 	broker map[string]brokerLatency
+	// diskWrites holds, by Kafka produce load, what the data directory's
+	// block device wrote while the standalone took it (observeDisk).
+	diskWrites map[string]diskWrites
+}
+
+// diskWrites is what a block device wrote over a load: its bytes, from
+// /proc/diskstats, and the load's wall time, warm-up included.
+type diskWrites struct {
+	bytes int64
+	took  time.Duration
 }
 
 // brokerLatency is the broker's share of a latency load: its latency
@@ -744,7 +754,77 @@ func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io
 		return err
 	}})
 	observeBroker(steps, "http://"+sa.ready.HTTP+"/metrics", res)
+	_, dev := mountOf(dataDir)
+	b.observeDisk(steps, dev, res)
 	return b.runSteps(ctx, "magnetar", steps, prof)
+}
+
+// observeDisk makes the Kafka produce steps among steps record what the
+// block device dev (the data directory's) wrote over their run into
+// res.diskWrites: the standalone writes each byte to its journal and to
+// an entry log, and this says how close the produce took the disk to its
+// own limit. Nothing is recorded where /proc/diskstats does not list dev
+// (another system, a device mapper name, an in-memory file system).
+func (b *benchRun) observeDisk(steps []benchStep, dev string, res *benchResults) {
+	res.diskWrites = map[string]diskWrites{}
+	for i, st := range steps {
+		if st.name != loadProduce4 && st.name != loadProduce1 {
+			continue
+		}
+		run := st.run
+		steps[i].run = func(ctx context.Context) error {
+			before, ok := diskWritten(dev)
+			start := time.Now()
+			err := run(ctx)
+			if after, ok2 := diskWritten(dev); ok && ok2 && err == nil {
+				w := diskWrites{after - before, time.Since(start)}
+				res.diskWrites[st.name] = w
+				fmt.Fprintf(b.out, "the disk (%s) wrote %.0f MB during the load, %.2f MB/s\n", dev, float64(w.bytes)/1e6, w.MBps())
+			}
+			return err
+		}
+	}
+}
+
+// MBps is the device's write rate over the load.
+func (w diskWrites) MBps() float64 { return float64(w.bytes) / 1e6 / w.took.Seconds() }
+
+// diskWritten returns the bytes the block device dev (a path such as
+// /dev/vda1, as /proc/self/mounts names it) has written since boot.
+func diskWritten(dev string) (int64, bool) {
+	if dev == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile("/proc/diskstats")
+	if err != nil {
+		return 0, false
+	}
+	return parseDiskWritten(string(b), filepath.Base(dev))
+}
+
+// parseDiskWritten reads the sectors written by the device called name
+// from /proc/diskstats's text: its tenth field, in 512-byte sectors
+// whatever the device's own sector size.
+func parseDiskWritten(diskstats, name string) (int64, bool) {
+	for line := range strings.SplitSeq(diskstats, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 10 && f[2] == name {
+			sectors, err := strconv.ParseInt(f[9], 10, 64)
+			return sectors * 512, err == nil
+		}
+	}
+	return 0, false
+}
+
+// diskWritesRate is the derived figure of the row of load's disk writes.
+func diskWritesRate(load string) func(*benchResults) (float64, bool) {
+	return func(res *benchResults) (float64, bool) {
+		w, ok := res.diskWrites[load]
+		if !ok || w.took <= 0 {
+			return 0, false
+		}
+		return w.MBps(), true
+	}
 }
 
 // observeBroker makes the publish latency steps among steps record the
@@ -2066,7 +2146,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a Kafka produce goal (kfake's, the disk's) is unattainable when a durable no-op Kafka broker's produce misses it too and Magnetar's is not above it by more than 5 %, the noise between two measurements (a broker slower than Magnetar bounds nothing), writing each byte once or twice ("writing each byte twice": the same broker also appending each byte, once durable, to a second file through the page cache, writeback started every 512 KiB and fsync every 10 s, as the bookie's entry logs are with entry-log-direct-io=false; no other broker work), and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too and Magnetar's is not above it by more than 5 %; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a Kafka produce goal (kfake's, the disk's) is unattainable when a durable no-op Kafka broker's produce misses it too and Magnetar's is not above it by more than 5 %, the noise between two measurements (a broker slower than Magnetar bounds nothing), writing each byte once or twice ("writing each byte twice": the same broker also appending each byte, once durable, to a second file through the page cache, writeback started every 512 KiB and fsync every 10 s, as the bookie's entry logs are with entry-log-direct-io=false; no other broker work), and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too and Magnetar's is not above it by more than 5 %; "the disk's writes during the load": what the data directory's block device wrote while Magnetar took the produce (/proc/diskstats, the whole load, warm-up included), each byte going to the bookie's journal and to an entry log; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -2208,9 +2288,11 @@ func benchRows(cfg perfAllConfig) []benchRow {
 		{measure: "Kafka produce, 4 partitions, MB/s", load: loadProduce4, figure: figMBps, format: "%.2f", limit: "disk", goals: produceGoals,
 			ceilings: []string{noopKafkaLimit(loadProduce4), noopKafkaTwiceLimit(loadProduce4)}},
 		{measure: "Kafka produce, 4 partitions, records/s", load: loadProduce4, figure: figRate, format: "%.0f"},
+		{measure: "Kafka produce, 4 partitions, the disk's writes during the load, MB/s", derived: diskWritesRate(loadProduce4), format: "%.2f", limit: "disk"},
 		{measure: "Kafka produce, 1 partition, MB/s", load: loadProduce1, figure: figMBps, format: "%.2f", limit: "disk", goals: produceGoals,
 			ceilings: []string{noopKafkaLimit(loadProduce1), noopKafkaTwiceLimit(loadProduce1)}},
 		{measure: "Kafka produce, 1 partition, records/s", load: loadProduce1, figure: figRate, format: "%.0f"},
+		{measure: "Kafka produce, 1 partition, the disk's writes during the load, MB/s", derived: diskWritesRate(loadProduce1), format: "%.2f", limit: "disk"},
 		{measure: "Kafka consume cold, MB/s", load: loadCold, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
 		{measure: "Kafka consume warm, MB/s", load: loadWarm, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
 		{measure: "Kafka consume warm, the client's CPU per MB, ms", derived: clientCPUPerMB, format: "%.3f"},
