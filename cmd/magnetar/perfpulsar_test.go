@@ -391,14 +391,41 @@ func TestSlotPoolGivesSlotsInOrder(t *testing.T) {
 	if set.n != 0 {
 		t.Fatalf("%d left in an emptied set", set.n)
 	}
-	finish(130)
-	finish(3)
-	set = p.swap(set)
-	if got := pops(&set); !slices.Equal(got, []int{3, 130}) {
-		t.Fatalf("the emptied set, given back and swapped again, gave %v; want [3 130]", got)
+	// The emptied set goes to the pool at the next swap, and comes back
+	// at the one after, from its start again.
+	for round, idx := range [][]int{{3, 130}, {7, 64}, {0, 199}} {
+		finish(idx[1])
+		finish(idx[0])
+		set = p.swap(set)
+		if got := pops(&set); !slices.Equal(got, idx) {
+			t.Fatalf("swap %d after the first gave %v; want %v", round+1, got, idx)
+		}
 	}
-	if res := m.result(); res.Total != n+2 || res.Bytes != 10*(n+2) {
-		t.Errorf("the meter counted %d messages, %d bytes; want %d, %d", res.Total, res.Bytes, n+2, 10*(n+2))
+	if res := m.result(); res.Total != n+6 || res.Bytes != 10*(n+6) {
+		t.Errorf("the meter counted %d messages, %d bytes; want %d, %d", res.Total, res.Bytes, n+6, 10*(n+6))
+	}
+}
+
+// TestKafkaSlotTimesFromDue: the Kafka promise times a message from its
+// due time, not from its record's timestamp, which franz-go truncates to
+// the millisecond before sending.
+func TestKafkaSlotTimesFromDue(t *testing.T) {
+	m := newPulsarMeter(time.Now().Add(-time.Minute), 0)
+	p := &slotPool{m: m, free: newSlotSet(1), wake: make(chan struct{}, 1)}
+	s := &sendSlot{pool: p, due: time.Now()}
+	var ks kafkaSlot
+	ks.init(s)
+	ks.rec.Value, ks.rec.Timestamp, ks.due = []byte("0123456789"), s.due.Add(-time.Hour), s.due
+	ks.promise(&ks.rec, nil)
+	res := m.result()
+	if res.Total != 1 || res.Bytes != 10 {
+		t.Fatalf("the meter counted %d messages, %d bytes; want 1, 10", res.Total, res.Bytes)
+	}
+	if lat := res.Latency.Max(); lat > time.Minute {
+		t.Errorf("latency %v: taken from the record's timestamp, not the due time", lat)
+	}
+	if set := p.swap(newSlotSet(1)); set.n != 1 {
+		t.Errorf("%d slots given back, want 1", set.n)
 	}
 }
 
