@@ -233,17 +233,7 @@ func TestReadOnlyMark(t *testing.T) {
 	}
 	waitMark := func(want bool, what string) string {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			got, reason := readOnlyMarkOf(t, n.store, n.id)
-			if got == want {
-				return reason
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: read-only mark there: %v, want %v", what, got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		return waitReadOnlyMark(t, n.store, n.id, what, func(there bool, _ string) bool { return there == want })
 	}
 	setUsage(50)
 	time.Sleep(2 * readOnlyCheckInterval)
@@ -292,14 +282,23 @@ func TestReadOnlyMarkReplacesOld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop(t, b)
+	waitReadOnlyMark(t, n.store, n.id, "the mark left before the bookie started, replaced", func(there bool, reason string) bool {
+		return there && strings.Contains(reason, "above the disk-usage threshold")
+	})
+}
+
+// waitReadOnlyMark waits up to 10 s for bookie id's read-only mark (there
+// or not, and its reason) to satisfy ok, and returns the reason.
+func waitReadOnlyMark(t *testing.T, s meta.Store, id, what string, ok func(there bool, reason string) bool) string {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ok, reason := readOnlyMarkOf(t, n.store, n.id)
-		if ok && strings.Contains(reason, "above the disk-usage threshold") {
-			return
+		there, reason := readOnlyMarkOf(t, s, id)
+		if ok(there, reason) {
+			return reason
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the mark left before the bookie started is still there: %v, %q", ok, reason)
+			t.Fatalf("%s: read-only mark there: %v, reason %q", what, there, reason)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -49,7 +49,7 @@ var perfAllSettings = []setting{
 	{"perf-all-topics", "1000", "count", "topics of the many-topics load, one Pulsar producer each"},
 	{"perf-all-topics-rate", "5000", "msg/s", "the many-topics load publishes this many messages/s over all its topics"},
 	{"perf-all-rounds", "3", "count", "after the other loads, this many rounds of the loads whose goals have a floor (the publish latency loads, each against Magnetar and its durable no-op broker back to back; Magnetar's 1-partition Kafka produce and the batched Pulsar produce against both), the goals judged on the medians (0: no rounds; the goals are then judged on the single runs)"},
-	{"perf-all-settle", "20s", "duration", "before each phase that writes to the disk (the durable no-op brokers, the standalone), sync and wait this long: the phase before deleted what it wrote, and on a virtual disk new writes stall for seconds after large files are deleted (0: no wait)"},
+	{"perf-all-settle", "20s", "duration", "before each phase that writes to the disk (the durable no-op brokers, the standalone, the rounds), sync and wait this long: the phase before deleted what it wrote, and on a virtual disk new writes stall for seconds after large files are deleted (0: no wait)"},
 	{"perf-all-partitions", "10000", "count", "partitions of the many-partitions load (the memory goal), one Kafka topic with a record and a committed offset on each"},
 	{"perf-write-doc", "", "file", "write the machine, the date and the results table into this Markdown file, between <!-- make bench: begin --> and <!-- make bench: end --> (appended the first time)"},
 	{"perf-standalone-flags", "", "flags", "more flags for the standalone, space-separated, each starting with --: the run then measures a setting against its default (e.g. \"--entry-log-direct-io=false\"); the table says which"},
@@ -418,28 +418,14 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 		// records, which the no-op broker would then share.
 		err = b.runNoopPulsar(ctx, res.noop)
 	}
-	// Each phase that writes to the disk starts after a settle: the one
-	// before it deleted what it wrote.
-	if err == nil {
-		err = b.settle(ctx)
-	}
 	if err == nil {
 		err = b.runDurableNoop(ctx, exe, "pulsar", false, filepath.Join(dir, "noop-pulsar"), logs, res.noopDurable)
-	}
-	if err == nil {
-		err = b.settle(ctx)
 	}
 	if err == nil {
 		err = b.runDurableNoop(ctx, exe, "kafka", false, filepath.Join(dir, "noop-kafka"), logs, res.noopKafka)
 	}
 	if err == nil {
-		err = b.settle(ctx)
-	}
-	if err == nil {
 		err = b.runDurableNoop(ctx, exe, "kafka", true, filepath.Join(dir, "noop-kafka-twice"), logs, res.noopKafkaTwice)
-	}
-	if err == nil {
-		err = b.settle(ctx)
 	}
 	if err == nil {
 		err = b.runMagnetar(ctx, exe, filepath.Join(dir, "standalone"), logs, res)
@@ -455,9 +441,6 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	}
 	if err == nil {
 		err = b.runKFake(ctx, exe, logs, res.kfake)
-	}
-	if err == nil && cfg.Rounds > 0 {
-		err = b.settle(ctx) // kfake's phase wrote nothing, but not for long with short loads
 	}
 	if err == nil {
 		err = b.runRounds(ctx, exe, dir, logs, res)
@@ -728,6 +711,9 @@ func measureLoopback(ctx context.Context, d time.Duration) (float64, float64, er
 // runMagnetar starts the standalone, runs every load against it (with
 // profiles if asked) and stops it.
 func (b *benchRun) runMagnetar(ctx context.Context, exe, dataDir string, logs io.Writer, res *benchResults) (err error) {
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	fmt.Fprintln(b.out, "\n[magnetar] starting magnetar standalone")
 	sa, err := startStandaloneChild(ctx, exe, dataDir, b.cfg.ProfileDir != "", b.cfg.StandaloneArgs, logs)
 	if err != nil {
@@ -1056,6 +1042,9 @@ var noopKafkaLoads = []string{loadProduce4, loadProduce1, loadAt("kafka-publish"
 // the produce loads run: what the client and a bookie's two writes of
 // each byte take here, before any other broker work.
 func (b *benchRun) runDurableNoop(ctx context.Context, exe, protocol string, twice bool, dir string, logs io.Writer, figs benchFigures) (err error) {
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -1151,7 +1140,9 @@ type standaloneChild struct {
 const childTailLines = 20
 
 // settle syncs the file systems and waits perf-all-settle, so that a
-// phase does not pay for the deletions of the one before. Measured here
+// phase does not pay for the deletions of the one before. Each phase that
+// writes to the disk (the durable no-op brokers, the standalone, the
+// rounds) starts with it. Measured here
 // (BENCHMARKS.md, twenty-fifth look): a fresh standalone's produce right
 // after 6 GB were written and deleted had 20–27 journal fdatasyncs above
 // 17 ms in 10 s; 20 s later, none.

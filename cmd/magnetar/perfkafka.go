@@ -448,8 +448,8 @@ func kafkaProducerOpts(cfg perfKafkaConfig) []kgo.Opt {
 // produce (runProduce): each message's payload is one record's value.
 // Each slot keeps its record and promise, so a send allocates nothing of
 // the load's own, and the record's timestamp is the load's send time, so
-// the client reads no clock for it. The promise takes the message's due
-// time from beside the record, not from the slot (see slotPool.finish).
+// the client reads no clock for it (nor does the promise read it: franz-go
+// truncates it to the millisecond before sending).
 type kafkaSender struct {
 	cl    *kgo.Client
 	spare []kafkaSlot // allocated, not yet a slot's: slots' records sit side by side
@@ -458,21 +458,15 @@ type kafkaSender struct {
 // newKafkaSender is a sender producing through cl.
 func newKafkaSender(cl *kgo.Client) *kafkaSender { return &kafkaSender{cl: cl} }
 
-// kafkaSlot is a slot's record, its message's due time, and the promise
-// that finishes the slot.
+// kafkaSlot is a slot's record and the promise that finishes the slot.
 type kafkaSlot struct {
-	rec kgo.Record
-	// due is kept apart from rec.Timestamp: franz-go truncates the
-	// timestamp to the millisecond (the wire's unit) before it sends,
-	// which would add up to a millisecond to every latency.
-	due     time.Time
+	rec     kgo.Record
 	promise func(*kgo.Record, error)
 }
 
-// init makes ks slot s's: its promise gives s back.
+// init makes ks slot s's: its promise finishes s.
 func (ks *kafkaSlot) init(s *sendSlot) {
-	pool, i := s.pool, s.index
-	ks.promise = func(r *kgo.Record, err error) { pool.finish(i, ks.due, len(r.Value), err) }
+	ks.promise = func(_ *kgo.Record, err error) { s.finish(err) }
 }
 
 // send is called by the load's one sending goroutine.
@@ -489,7 +483,7 @@ func (k *kafkaSender) send(s *sendSlot) {
 	// franz-go does not touch a record after calling its promise, and
 	// sets what it sends of it but the key, value, headers and
 	// timestamp: the record needs only its new timestamp.
-	ks.rec.Value, ks.rec.Timestamp, ks.due = s.payload, s.sent, s.due
+	ks.rec.Value, ks.rec.Timestamp = s.payload, s.sent
 	k.cl.Produce(context.Background(), &ks.rec, ks.promise)
 }
 

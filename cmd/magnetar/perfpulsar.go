@@ -807,22 +807,16 @@ func (f *slotSet) pop() (int, bool) {
 }
 
 // finish records the message's outcome and gives the slot back.
-func (s *sendSlot) finish(err error) { s.pool.finish(s.index, s.due, len(s.payload), err) }
-
-// finish records the outcome of the message of size bytes due at due,
-// sent from slot i, and gives the slot back. It does not read the slot:
-// a sender that has due and size at hand (the Kafka sender, in the record
-// its client hands back) spares the acknowledging goroutine a read of
-// memory the sending goroutine wrote last, on another CPU.
-func (p *slotPool) finish(i int, due time.Time, size int, err error) {
+func (s *sendSlot) finish(err error) {
 	now := time.Now()
+	p := s.pool
 	if err != nil {
 		p.m.fail(err)
 	} else {
-		p.m.done(now, now.Sub(due), size)
+		p.m.done(now, now.Sub(s.due), len(s.payload))
 	}
 	p.mu.Lock()
-	p.free.add(i)
+	p.free.add(s.index)
 	wake := p.need > 0 && p.free.n >= p.need
 	if wake {
 		p.need = 0

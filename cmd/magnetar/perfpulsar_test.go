@@ -362,7 +362,11 @@ func TestSlotPoolGivesSlotsInOrder(t *testing.T) {
 	const n = 200
 	m := newPulsarMeter(time.Now(), 0)
 	p := &slotPool{m: m, free: newSlotSet(n), wake: make(chan struct{}, 1)}
-	finish := func(i int) { p.finish(i, time.Now(), 10, nil) }
+	slots := make([]sendSlot, n)
+	for i := range slots {
+		slots[i] = sendSlot{payload: make([]byte, 10), due: time.Now(), pool: p, index: i}
+	}
+	finish := func(i int) { slots[i].finish(nil) }
 	for part := range 4 {
 		for i := part; i < n; i += 4 {
 			finish(i)
@@ -415,7 +419,8 @@ func TestKafkaSlotTimesFromDue(t *testing.T) {
 	s := &sendSlot{pool: p, due: time.Now()}
 	var ks kafkaSlot
 	ks.init(s)
-	ks.rec.Value, ks.rec.Timestamp, ks.due = []byte("0123456789"), s.due.Add(-time.Hour), s.due
+	s.payload = []byte("0123456789")
+	ks.rec.Value, ks.rec.Timestamp = s.payload, s.due.Add(-time.Hour)
 	ks.promise(&ks.rec, nil)
 	res := m.result()
 	if res.Total != 1 || res.Bytes != 10 {

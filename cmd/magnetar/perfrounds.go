@@ -156,6 +156,9 @@ func (b *benchRun) runRounds(ctx context.Context, exe, dir string, logs io.Write
 	if n == 0 || ctx.Err() != nil {
 		return nil
 	}
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	fmt.Fprintf(b.out, "\n[rounds] %d rounds: each publish latency load against Magnetar and against its durable no-op broker back to back, the order swapped every round; then Magnetar's Kafka produce on 1 partition, and the batched Pulsar produce against both; a fresh standalone and fresh durable no-op brokers\n", n)
 	sa, err := startStandaloneChild(ctx, exe, filepath.Join(dir, "rounds-standalone"), false, b.cfg.StandaloneArgs, logs)
 	if err != nil {
