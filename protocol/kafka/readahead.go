@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,11 @@ import (
 // takes them.
 const readAheadTTL = 5 * time.Second
 
+// readAheadDepth is how many read-aheads follow a fetch: with one, the
+// next fetch often waited for it, or read on itself where the entries
+// read ahead fell short of its limit.
+const readAheadDepth = 2
+
 // readAheadTimeout bounds the read of one read-ahead.
 const readAheadTimeout = 10 * time.Second
 
@@ -46,6 +52,10 @@ type ahead struct {
 	entries []ledger.Entry
 	size    int64 // bytes reserved
 	timer   *time.Timer
+	// Guarded by readAhead.mu:
+	read bool  // entries and end are set
+	end  int64 // the offset after the entries; -1 if the read failed
+	more int   // read-aheads to start after this one once it is read
 }
 
 // readAhead holds the read-aheads of a server.
@@ -65,38 +75,85 @@ func newReadAhead(limit int64, log *slog.Logger) *readAhead {
 	return &readAhead{limit: limit, ttl: readAheadTTL, log: log, held: make(map[aheadKey]*ahead)}
 }
 
-// start reads n entries of t from the one starting at offset (a read hint
-// of t says where it is), expecting about size bytes, unless that is
-// already held or would take the read-aheads beyond their limit.
+// start makes sure that readAheadDepth read-aheads follow offset in t,
+// each of about n entries and size bytes (what the fetch ending there
+// served): it goes past those held or read already, and asks one under
+// way to go on once read. None starts beyond the read-aheads' limit.
 func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
+	ra.chain(t, offset, n, size, readAheadDepth)
+}
+
+func (ra *readAhead) chain(t *broker.Topic, offset int64, n int, size int64, depth int) {
 	if ra.limit <= 0 || n <= 0 {
 		return
 	}
-	k := aheadKey{t, offset}
-	ra.mu.Lock()
-	if _, ok := ra.held[k]; ok || ra.bytes+size > ra.limit {
+	for ; depth > 0 && offset < t.ManagedLedger().NextOffset(); depth-- {
+		k := aheadKey{t, offset}
+		ra.mu.Lock()
+		a, ok := ra.held[k]
+		switch {
+		case !ok:
+			if ra.bytes+size > ra.limit {
+				ra.mu.Unlock()
+				return
+			}
+			a = &ahead{ready: make(chan struct{}), size: size, more: depth - 1}
+			ra.insertLocked(k, a)
+			ra.mu.Unlock()
+			go ra.read(k, a, n)
+			return
+		case !a.read:
+			a.more = max(a.more, depth-1) // it goes on when read
+			ra.mu.Unlock()
+			return
+		}
+		offset = a.end
 		ra.mu.Unlock()
-		return
+		if offset < 0 {
+			return // that read failed
+		}
 	}
-	a := &ahead{ready: make(chan struct{}), size: size}
-	ra.insertLocked(k, a)
-	ra.mu.Unlock()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), readAheadTimeout)
-		defer cancel()
-		defer close(a.ready)
+}
+
+// read reads a, n entries from k's offset, then the read-aheads that were
+// asked to follow it.
+func (ra *readAhead) read(k aheadKey, a *ahead, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), readAheadTimeout)
+	defer cancel()
+	var es []ledger.Entry
+	var err error
+	func() {
 		defer func() {
 			if r := recover(); r != nil { // a bug must not take the broker down
-				ra.log.Error("Kafka read-ahead panicked", "offset", offset, "panic", r)
+				ra.log.Error("Kafka read-ahead panicked", "offset", k.offset, "panic", r)
+				es, err = nil, fmt.Errorf("panic: %v", r)
 			}
 		}()
-		es, err := ra.readAt(ctx, t, offset, n)
-		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
-			a.entries = es
-		} else {
-			releaseEntries(es)
-		}
+		es, err = ra.readAt(ctx, k.t, k.offset, n)
 	}()
+	end := int64(-1)
+	var size int64
+	if err == nil && len(es) > 0 && es[0].Header.FirstOffset == k.offset {
+		last := es[len(es)-1]
+		end = last.Header.NextOffset()
+		// Where the read-ahead after this one starts.
+		k.t.SetKafkaReadHint(end, k.t.ManagedLedger().Next(last.Position))
+		for _, e := range es {
+			size += int64(len(e.Payload))
+		}
+	} else {
+		releaseEntries(es)
+		es = nil
+		ra.drop(k, a) // nothing to take
+	}
+	ra.mu.Lock()
+	a.entries, a.end, a.read = es, end, true
+	more := a.more
+	ra.mu.Unlock()
+	close(a.ready)
+	if more > 0 && end >= 0 {
+		ra.chain(k.t, end, len(es), size, more)
+	}
 }
 
 // hold keeps es, entries of t a fetch read but could not serve within its
@@ -114,7 +171,7 @@ func (ra *readAhead) hold(t *broker.Topic, es []ledger.Entry) bool {
 		releaseEntries(es)
 		return false
 	}
-	a := &ahead{ready: make(chan struct{}), entries: es, size: size}
+	a := &ahead{ready: make(chan struct{}), entries: es, size: size, read: true, end: es[len(es)-1].Header.NextOffset()}
 	close(a.ready)
 	ra.insertLocked(k, a)
 	ra.mu.Unlock()

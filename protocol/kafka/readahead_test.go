@@ -72,10 +72,10 @@ func fetchSome(t *testing.T, c *client, topic string, offset int64, limit int32)
 	return vs, next
 }
 
-// A consumer that is behind has what follows each fetch read ahead, and
-// the next fetch takes it: the values come back as produced, each read
-// ahead is taken by the fetch after it, and none is left once the
-// consumer has caught up.
+// A consumer that is behind has what follows each fetch read ahead,
+// readAheadDepth reads deep, and the next fetches take it: the values come
+// back as produced, what is held starts where the last fetch ended, and
+// none is left once the consumer has caught up.
 //
 // A fetch also reads entries it cannot serve within its limit (it reads
 // 1, 2, 4... at a time); those are held for the next fetch rather than
@@ -98,8 +98,9 @@ func TestReadAheadServesTheNextFetch(t *testing.T) {
 		vs, next := fetchSome(t, c, "ra", off, 200)
 		got = append(got, vs...)
 		held, _ := s.srv.ahead.heldOffsets()
-		if next < int64(len(want)) && (len(held) == 0 || held[0] != next || held[len(held)-1] > next+6) {
-			t.Fatalf("after the fetch at %d (next %d): held from %v, want from %d on (the one before taken)", off, next, held, next)
+		// What is left over, then the read-aheads.
+		if next < int64(len(want)) && (len(held) == 0 || held[0] != next || len(held) > 1+readAheadDepth) {
+			t.Fatalf("after the fetch at %d (next %d): held from %v, want from %d on, at most %d (the ones before taken)", off, next, held, next, 1+readAheadDepth)
 		}
 		off = next
 	}
@@ -111,6 +112,48 @@ func TestReadAheadServesTheNextFetch(t *testing.T) {
 	}
 	if n := s.srv.ahead.entriesRead.Load(); n != batches {
 		t.Fatalf("%d entries read from storage to consume %d: some were read more than once", n, batches)
+	}
+}
+
+// A read-ahead that is read goes on to the next: after the first fetch
+// (two batches served, the third read past the limit and held), the
+// read-ahead of two batches after it is followed by another of two, and
+// the fetches after take each without reading.
+func TestReadAheadsFollowEachOther(t *testing.T) {
+	s := startServer(t, nil)
+	c := s.dial(t)
+	createTopic(t, c, "chain", 1)
+	want := produceBatches(t, c, "chain", 10)
+	vs, next := fetchSome(t, c, "chain", 0, 200)
+	if next != 6 {
+		t.Fatalf("the first fetch served up to %d, want 6 (two batches)", next)
+	}
+	wantHeld := []int64{6, 9, 15} // left over; read ahead; read ahead after it
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// 3 entries read by the fetch, 2 + 2 ahead.
+		held, _ := s.srv.ahead.heldOffsets()
+		read := s.srv.ahead.entriesRead.Load()
+		if slices.Equal(held, wantHeld) && read == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the first fetch, held %v and %d entries read; want %v and 7", held, read, wantHeld)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got := vs
+	for off := next; off < 21; {
+		vs, off = fetchSome(t, c, "chain", off, 200)
+		got = append(got, vs...)
+	}
+	if !slices.Equal(got, want[:len(got)]) {
+		t.Fatalf("values %q, want %q", got, want[:len(got)])
+	}
+	// The fetches from 6 on took what was held, and the read-aheads they
+	// started read on: no entry was read twice.
+	if n := s.srv.ahead.entriesRead.Load(); n > 10 {
+		t.Fatalf("%d entries read in all, more than the 10 produced", n)
 	}
 }
 
