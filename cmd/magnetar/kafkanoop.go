@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,9 +11,11 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/magnetar-io/magnetar/broker"
 	"github.com/magnetar-io/magnetar/protocol/kafka"
 )
 
@@ -24,21 +27,83 @@ import (
 // and fdatasync take on this machine, before any broker work (Magnetar
 // writes each byte twice, journal and entry log, and indexes and caches
 // it). It serves ApiVersions, Metadata, CreateTopics, ListOffsets,
-// InitProducerId and Produce; any other request closes the connection
-// with a log line. Every response goes through the store, so that a
-// connection's responses keep their requests' order.
+// InitProducerId, Produce and Fetch; any other request closes the
+// connection with a log line. Every response but a fetch's goes through
+// the store, so that a connection's responses keep their requests' order;
+// a fetch waits until the connection has none waiting there.
+//
+// A fetch is the least a broker can do for a consumer. Of each
+// partition's produce requests, one in noopSampleEvery bytes has its
+// first record batch copied into the partition's samples (noopSamples,
+// noopFetchRing bytes at most, the oldest replaced), and a consumer
+// reading from offset o gets samples in turn, each written from memory
+// after an 8-byte base offset (o, o+n, ...; the batch's CRC does not
+// cover it), up to the partition's end, the last one cut to the records
+// left. No read, copy or check: what the consume load gets from it is
+// what franz-go and sending the bytes allow on this machine. The samples
+// are batches as the load produced them (a single 1 MB batch sent again
+// and again, from the CPU's cache and filling each fetch, read at
+// 1,600–2,150 MB/s here).
 type noopKafka struct {
 	*noopListener
 	store    *noopStore
-	topicsMu sync.Mutex         // guards topics and nextID
-	topics   map[string][]int64 // topic → each partition's next offset
-	nextID   int64              // producer ids handed out
+	topicsMu sync.Mutex               // guards topics, samples and nextID
+	topics   map[string][]int64       // topic → each partition's next offset
+	samples  map[string][]noopSamples // topic → each partition's batches for fetches
+	nextID   int64                    // producer ids handed out
 }
+
+// noopSamples are a partition's sampled record batches, for fetches.
+type noopSamples struct {
+	batches []noopBatch
+	bytes   int // in batches
+	since   int // bytes produced since the last sample
+	next    int // the sample replaced next, once bytes is noopFetchRing
+}
+
+// noopBatch is a record batch and its record count.
+type noopBatch struct {
+	b []byte
+	n int64
+}
+
+// add samples the first batch of records (checked by countRecords), a
+// partition's produce, if noopSampleEvery bytes came since the last.
+func (s *noopSamples) add(records []byte) {
+	s.since += len(records)
+	if len(s.batches) > 0 && s.since < noopSampleEvery {
+		return
+	}
+	s.since = 0
+	size := 12 + int(int32(binary.BigEndian.Uint32(records[8:])))
+	b := noopBatch{b: bytes.Clone(records[:size]), n: int64(int32(binary.BigEndian.Uint32(records[23:]))) + 1}
+	if s.bytes < noopFetchRing {
+		s.batches = append(s.batches, b)
+		s.bytes += size
+		return
+	}
+	s.bytes += size - len(s.batches[s.next].b)
+	s.batches[s.next] = b
+	s.next = (s.next + 1) % len(s.batches)
+}
+
+const (
+	// noopSampleEvery is how many bytes produced to a partition one
+	// sample stands for: copying one batch in it costs the produce little.
+	noopSampleEvery = 8 << 20
+	// noopFetchRing bounds a partition's samples: more than the CPU's
+	// caches, so that fetches send from memory as a broker's reads do.
+	noopFetchRing = 16 << 20
+)
+
+// noopFetchMaxWait bounds how long a fetch with nothing to send waits.
+const noopFetchMaxWait = 500 * time.Millisecond
 
 // noopKafkaAPIs are the versions served, as Magnetar serves them (at most
 // what kmsg knows).
 var noopKafkaAPIs = map[int16][2]int16{
 	0:  {0, 12}, // Produce
+	1:  {4, 12}, // Fetch
 	2:  {0, 11}, // ListOffsets
 	3:  {0, 13}, // Metadata
 	18: {0, 4},  // ApiVersions
@@ -52,7 +117,7 @@ const noopKafkaMaxRequest = 100 << 20
 // startNoopKafka listens on a free loopback port and serves until Close;
 // store is not closed by Close.
 func startNoopKafka(log *slog.Logger, store *noopStore) (*noopKafka, error) {
-	s := &noopKafka{store: store, topics: map[string][]int64{}}
+	s := &noopKafka{store: store, topics: map[string][]int64{}, samples: map[string][]noopSamples{}}
 	l, err := listenNoop("no-op Kafka broker", log, s.serve)
 	if err != nil {
 		return nil, err
@@ -78,9 +143,12 @@ func (s *noopKafka) serve(nc net.Conn) error {
 		if _, err := io.ReadFull(br, b); err != nil {
 			return err
 		}
-		resp, data, err := s.handle(b)
+		resp, data, err := s.handle(c, b)
 		if err != nil {
 			return err
+		}
+		if resp == nil && data == nil {
+			continue // answered (a fetch)
 		}
 		if err := s.store.add(c, data, resp); err != nil {
 			return err
@@ -89,8 +157,9 @@ func (s *noopKafka) serve(nc net.Conn) error {
 }
 
 // handle decodes one request (header and body) and returns its response,
-// framed (nil for a Produce with acks 0), and the bytes to store.
-func (s *noopKafka) handle(b []byte) (resp, data []byte, err error) {
+// framed (nil for a Produce with acks 0), and the bytes to store; a fetch
+// it answers on c itself, returning neither.
+func (s *noopKafka) handle(c *noopConn, b []byte) (resp, data []byte, err error) {
 	key := int16(binary.BigEndian.Uint16(b))
 	version := int16(binary.BigEndian.Uint16(b[2:]))
 	corr := binary.BigEndian.Uint32(b[4:])
@@ -137,6 +206,7 @@ func (s *noopKafka) handle(b []byte) (resp, data []byte, err error) {
 				rt.ErrorCode = 36 // TOPIC_ALREADY_EXISTS
 			} else {
 				s.topics[t.Topic] = make([]int64, rt.NumPartitions)
+				s.samples[t.Topic] = make([]noopSamples, rt.NumPartitions)
 			}
 			p.Topics = append(p.Topics, rt)
 		}
@@ -171,6 +241,8 @@ func (s *noopKafka) handle(b []byte) (resp, data []byte, err error) {
 		s.nextID++
 		p.ProducerID, p.ProducerEpoch = s.nextID, 0
 		s.topicsMu.Unlock()
+	case *kmsg.FetchRequest:
+		return nil, nil, s.fetch(c, corr, q, r.(*kmsg.FetchResponse))
 	case *kmsg.ProduceRequest:
 		p := r.(*kmsg.ProduceResponse)
 		if data, err = s.produce(q, p); err != nil {
@@ -250,6 +322,7 @@ func (s *noopKafka) produce(q *kmsg.ProduceRequest, p *kmsg.ProduceResponse) ([]
 			if err != nil {
 				return nil, fmt.Errorf("produce to %s/%d: %w", t.Topic, part.Partition, err)
 			}
+			s.samples[t.Topic][part.Partition].add(part.Records)
 			rp.BaseOffset = offsets[part.Partition]
 			rp.LogAppendTime = -1
 			offsets[part.Partition] += n
@@ -259,6 +332,101 @@ func (s *noopKafka) produce(q *kmsg.ProduceRequest, p *kmsg.ProduceResponse) ([]
 		p.Topics = append(p.Topics, rt)
 	}
 	return data, nil
+}
+
+// fetch answers q on c (see noopKafka) once c has no response waiting in
+// the store.
+func (s *noopKafka) fetch(c *noopConn, corr uint32, q *kmsg.FetchRequest, p *kmsg.FetchResponse) error {
+	maxBytes := int(q.MaxBytes)
+	if maxBytes <= 0 {
+		maxBytes = noopKafkaMaxRequest
+	}
+	var batches [][][]byte
+	total := 0
+	for {
+		p.Topics, batches, total = p.Topics[:0], batches[:0], 0
+		s.topicsMu.Lock()
+		for _, t := range q.Topics {
+			rt := kmsg.NewFetchResponseTopic()
+			rt.Topic = t.Topic
+			offsets, samples := s.topics[t.Topic], s.samples[t.Topic]
+			for _, part := range t.Partitions {
+				rp := kmsg.NewFetchResponseTopicPartition()
+				rp.Partition = part.Partition
+				var pieces [][]byte
+				switch {
+				case int(part.Partition) >= len(offsets) || part.Partition < 0:
+					rp.ErrorCode = 3 // UNKNOWN_TOPIC_OR_PARTITION
+				case part.FetchOffset < 0 || part.FetchOffset > offsets[part.Partition]:
+					rp.ErrorCode = 1 // OFFSET_OUT_OF_RANGE
+				default:
+					end := offsets[part.Partition]
+					rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = end, end, 0
+					budget := min(int(part.PartitionMaxBytes), maxBytes-total)
+					var size int
+					pieces, size = samples[part.Partition].fetch(part.FetchOffset, end, budget, total == 0)
+					total += size
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+				batches = append(batches, pieces)
+			}
+			p.Topics = append(p.Topics, rt)
+		}
+		s.topicsMu.Unlock()
+		if total > 0 || int(q.MinBytes) <= 0 {
+			break
+		}
+		wait := min(time.Duration(q.MaxWaitMillis)*time.Millisecond, noopFetchMaxWait)
+		if wait <= 0 {
+			break
+		}
+		time.Sleep(wait) // nothing is produced while consumers read here
+		q.MaxWaitMillis = 0
+	}
+	enc, bufs, err := kafka.AppendFetchFrame(nil, nil, int32(corr), p, batches)
+	if err != nil {
+		return err
+	}
+	_ = enc // bufs holds it
+	for c.pending.Load() > 0 {
+		time.Sleep(20 * time.Microsecond) // an earlier response is still in the store
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err = bufs.WriteTo(c.c)
+	return err
+}
+
+// fetch returns the pieces of the batches for offsets from up to end,
+// within budget bytes (with first, at least one batch), and their size:
+// each batch an 8-byte base offset, then a sample after its own, samples
+// in turn from one picked by from. The last is cut to the records left.
+func (s *noopSamples) fetch(from, end int64, budget int, first bool) ([][]byte, int) {
+	var pieces [][]byte
+	size := 0
+	for off, i := from, int(from%int64(max(len(s.batches), 1))); off < end && len(s.batches) > 0; i = (i + 1) % len(s.batches) {
+		b, n := s.batches[i].b, s.batches[i].n
+		if end-off < n {
+			b, n = cutBatch(b, end-off)
+		}
+		if len(b) > budget-size && (size > 0 || !first) {
+			break
+		}
+		pieces = append(pieces, binary.BigEndian.AppendUint64(nil, uint64(off)), b[8:])
+		size += len(b)
+		off += n
+	}
+	return pieces, size
+}
+
+// cutBatch returns a batch of the first n records of batch (n less than
+// its count), or batch itself if it cannot be decoded.
+func cutBatch(batch []byte, n int64) ([]byte, int64) {
+	h, recs, err := broker.ReadRecords(batch, noopKafkaMaxRequest)
+	if err != nil || int64(len(recs)) < n {
+		return batch, int64(len(recs))
+	}
+	return broker.AppendRecordBatch(nil, h, recs[:n]), n
 }
 
 // countRecords counts the records of a partition's record batches (v2):

@@ -18,13 +18,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/magnetar-io/magnetar/broker"
 )
 
 // The durable no-op Kafka broker serves franz-go (idempotent, acks all)
-// through topic creation, metadata, produce and list offsets; a record is
-// acknowledged only once it is in the store's file; offsets count records
-// per partition; a request it does not serve closes the connection with
-// a log line naming it.
+// through topic creation, metadata, produce, list offsets and fetch; a
+// record is acknowledged only once it is in the store's file; offsets
+// count records per partition; a fetch sends produced batches again at
+// the offsets asked for, cut at the partition's end; a request it does
+// not serve closes the connection with a log line naming it.
 func TestNoopKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -85,29 +88,118 @@ func TestNoopKafka(t *testing.T) {
 		t.Errorf("an unknown topic: %v, %+v", err, details["missing"])
 	}
 
-	// Fetch is not served: the connection is closed, with a log line.
+	// A consumer reads every offset of each partition once, in order,
+	// each record one produced to the partition (its first batch, the
+	// only sample of so little).
+	for p := range int32(3) {
+		cons, err := kgo.NewClient(kgo.SeedBrokers(s.Addr()),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {p: kgo.NewOffset().AtStart()}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var offsets []int64
+		for len(offsets) < perPartition {
+			fs := cons.PollFetches(ctx)
+			if err := fs.Err(); err != nil {
+				t.Fatalf("partition %d: fetch: %v", p, err)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				offsets = append(offsets, r.Offset)
+				if want := fmt.Sprintf("record %04d;", p); string(r.Value) != want {
+					t.Errorf("partition %d offset %d: %q, want %q", p, r.Offset, r.Value, want)
+				}
+			})
+		}
+		cons.Close()
+		for i, o := range offsets {
+			if o != int64(i) {
+				t.Fatalf("partition %d: offsets %v, want 0..%d", p, offsets, perPartition-1)
+			}
+		}
+	}
+
+	// A batch of 4 records, then one of 2: the fetch sends the first
+	// (the sample) twice, the second time cut to 2 records; an offset
+	// past the end is out of range.
+	if resp, err := adm.CreateTopic(ctx, 1, -1, nil, "u"); err != nil || resp.Err != nil {
+		t.Fatalf("create topic: %v, %v", err, resp.Err)
+	}
+	var recs []broker.Record
+	for i := range 4 {
+		recs = append(recs, broker.Record{OffsetDelta: int32(i), Value: []byte(fmt.Sprintf("u%d", i))})
+	}
+	for _, batch := range [][]byte{broker.AppendRecordBatch(nil, broker.RecordBatch{ProducerID: -1, BaseSequence: -1}, recs),
+		broker.AppendRecordBatch(nil, broker.RecordBatch{ProducerID: -1, BaseSequence: -1}, recs[:2])} {
+		pr := kmsg.NewPtrProduceRequest()
+		pr.Acks, pr.TimeoutMillis = -1, 10000
+		pt := kmsg.NewProduceRequestTopic()
+		pt.Topic = "u"
+		pp := kmsg.NewProduceRequestTopicPartition()
+		pp.Records = batch
+		pt.Partitions = append(pt.Partitions, pp)
+		pr.Topics = append(pr.Topics, pt)
+		if _, err := pr.RequestWith(ctx, cl); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	fetch := func(offset int64) kmsg.FetchResponseTopicPartition {
+		fr := kmsg.NewPtrFetchRequest()
+		fr.MaxBytes, fr.MaxWaitMillis = 1<<20, 10
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = "u"
+		fp := kmsg.NewFetchRequestTopicPartition()
+		fp.FetchOffset, fp.PartitionMaxBytes = offset, 1<<20
+		ft.Partitions = append(ft.Partitions, fp)
+		fr.Topics = append(fr.Topics, ft)
+		resp, err := fr.RequestWith(ctx, cl.Broker(0))
+		if err != nil || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			t.Fatalf("fetch at %d: %v, %+v", offset, err, resp)
+		}
+		return resp.Topics[0].Partitions[0]
+	}
+	part := fetch(0)
+	if part.ErrorCode != 0 || part.HighWatermark != 6 {
+		t.Fatalf("fetch at 0: error %d, high watermark %d; want 0 and 6", part.ErrorCode, part.HighWatermark)
+	}
+	var got []string
+	for b := part.RecordBatches; len(b) > 0; {
+		size := 12 + int(int32(binary.BigEndian.Uint32(b[8:])))
+		h, rs, err := broker.ReadRecords(b[:size], 1<<20)
+		if err != nil {
+			t.Fatalf("a batch served: %v", err)
+		}
+		for _, r := range rs {
+			got = append(got, fmt.Sprintf("%d:%s", h.BaseOffset+int64(r.OffsetDelta), r.Value))
+		}
+		b = b[size:]
+	}
+	if want := "0:u0 1:u1 2:u2 3:u3 4:u0 5:u1"; strings.Join(got, " ") != want {
+		t.Errorf("fetched %q, want %q", strings.Join(got, " "), want)
+	}
+	if part := fetch(7); part.ErrorCode != 1 {
+		t.Errorf("fetch past the end: error %d, want 1 (OFFSET_OUT_OF_RANGE)", part.ErrorCode)
+	}
+
+	// A request it does not serve closes the connection, with a log line.
 	c, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fetch := kmsg.NewPtrFetchRequest()
-	fetch.Version = 4
-	req := binary.BigEndian.AppendUint16(nil, 1) // Fetch
-	req = binary.BigEndian.AppendUint16(req, 4)
+	req := binary.BigEndian.AppendUint16(nil, 16) // ListGroups
+	req = binary.BigEndian.AppendUint16(req, 0)
 	req = binary.BigEndian.AppendUint32(req, 7)
 	req = binary.BigEndian.AppendUint16(req, 0xffff) // no client id
-	req = fetch.AppendTo(req)
 	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)); err != nil {
 		t.Fatal(err)
 	}
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if n, err := c.Read(make([]byte, 1)); err == nil {
-		t.Errorf("a Fetch answered with %d bytes, want the connection closed", n)
+		t.Errorf("a ListGroups answered with %d bytes, want the connection closed", n)
 	}
 	// The broker logs before it closes the connection.
-	if !strings.Contains(logs.String(), "does not serve API key 1 version 4") {
-		t.Errorf("no log line naming the Fetch:\n%s", logs.String())
+	if !strings.Contains(logs.String(), "does not serve API key 16 version 0") {
+		t.Errorf("no log line naming the ListGroups:\n%s", logs.String())
 	}
 }
 

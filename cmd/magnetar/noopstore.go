@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -90,8 +91,9 @@ func (l *noopListener) accept() {
 // noopConn is a connection of a no-op broker: its replies and the store's
 // are written under mu.
 type noopConn struct {
-	c  net.Conn
-	mu sync.Mutex
+	c       net.Conn
+	mu      sync.Mutex
+	pending atomic.Int64 // replies in the store, not yet written
 }
 
 func (c *noopConn) write(b []byte) error {
@@ -180,6 +182,7 @@ func (st *noopStore) fail(err error) {
 // add queues data; reply goes to c once it is durable, after the replies
 // of everything queued before it.
 func (st *noopStore) add(c *noopConn, data, reply []byte) error {
+	c.pending.Add(1)
 	return st.queueSend(noopSend{c: c, data: data, reply: reply})
 }
 
@@ -255,6 +258,7 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 					m.done(err)
 				} else {
 					m.c.c.Close()
+					m.c.pending.Add(-1)
 				}
 			}
 			return
@@ -275,6 +279,11 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 		}
 		for c, out := range outs {
 			_ = c.write(out) // a failed connection fails its reader too
+		}
+		for _, m := range group {
+			if m.c != nil {
+				m.c.pending.Add(-1)
+			}
 		}
 		clear(outs)
 		clear(group)

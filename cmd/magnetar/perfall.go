@@ -313,6 +313,7 @@ type benchFigures map[string]*pulsarResult
 // The loads; the latency ones are named with their rate.
 const (
 	loadProduce4    = "kafka-produce-4p"
+	loadConsume     = "kafka-consume" // the step of the two below
 	loadProduce1    = "kafka-produce-1p"
 	loadCold        = "kafka-consume-cold"
 	loadWarm        = "kafka-consume-warm"
@@ -1029,8 +1030,9 @@ func (b *benchRun) runNoopPulsarLoads(ctx context.Context, name, url string, fig
 }
 
 // noopKafkaLoads are the Kafka loads run against the durable no-op Kafka
-// broker: those that only produce.
-var noopKafkaLoads = []string{loadProduce4, loadProduce1, loadAt("kafka-publish", 5000), loadAt("kafka-publish", 20000)}
+// broker: those that only produce, and the consume (which it serves from
+// samples of what was produced, from memory: noopKafka).
+var noopKafkaLoads = []string{loadProduce4, loadProduce1, loadConsume, loadAt("kafka-publish", 5000), loadAt("kafka-publish", 20000)}
 
 // runDurableNoop runs the Pulsar publish loads, or the Kafka produce and
 // publish loads, against a durable no-op broker (noopStore): `magnetar
@@ -1440,7 +1442,7 @@ func (b *benchRun) kafkaSteps(target string, seeds []string, figs benchFigures) 
 	steps := []benchStep{
 		produce(topic4p, 4, loadProduce4),
 		produce(topic1p, 1, loadProduce1),
-		{"kafka-consume", func(ctx context.Context) error {
+		{loadConsume, func(ctx context.Context) error {
 			f, err := runKafkaLoads(ctx, b.out, target, seeds, b.kafkaConfig(topic4p, 4, "consume", 0), b.log)
 			figs[loadCold], figs[loadWarm] = f.Cold, f.Warm
 			if err != nil {
@@ -2137,7 +2139,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a Kafka produce goal (kfake's, the disk's) is unattainable when a durable no-op Kafka broker's produce misses it too and Magnetar's is not above it by more than 5 %, the noise between two measurements (a broker slower than Magnetar bounds nothing), writing each byte once or twice ("writing each byte twice": the same broker also appending each byte, once durable, to a second file through the page cache, writeback started every 512 KiB and fsync every 10 s, as the bookie's entry logs are with entry-log-direct-io=false; no other broker work), and the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too and Magnetar's is not above it by more than 5 %; "the disk's writes during the load": what the data directory's block device wrote while Magnetar took the produce (/proc/diskstats, the whole load, warm-up included, every writer to the device counted), each byte going to the bookie's journal and to an entry log; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; "from a broker only sending": franz-go consuming, as from Magnetar, from the durable no-op Kafka broker, which keeps one record batch in 8 MiB produced to each partition (16 MiB of them at most, so that they are sent from memory, not from the CPU's cache) and answers a fetch with those batches in turn at the offsets asked for, each written from where it lies after its base offset, the last cut to the records left: no read, copy or check, the least any broker does; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a Kafka produce goal (kfake's, the disk's) is unattainable when a durable no-op Kafka broker's produce misses it too and Magnetar's is not above it by more than 5 %, the noise between two measurements (a broker slower than Magnetar bounds nothing), writing each byte once or twice ("writing each byte twice": the same broker also appending each byte, once durable, to a second file through the page cache, writeback started every 512 KiB and fsync every 10 s, as the bookie's entry logs are with entry-log-direct-io=false; no other broker work), the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too and Magnetar's is not above it by more than 5 %, and a Kafka consume goal when the consume from a broker only sending (the better of its cold and warm) misses it too and Magnetar's is not above it by more than 5 %; "the disk's writes during the load": what the data directory's block device wrote while Magnetar took the produce (/proc/diskstats, the whole load, warm-up included, every writer to the device counted), each byte going to the bookie's journal and to an entry log; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -2241,6 +2243,13 @@ func benchLimits(res *benchResults) map[string]benchLimit {
 	if f := res.noopDurable[loadPulsarBatch]; f != nil {
 		l[noopDurableBatchLimit] = benchLimit{"the batched produce of a durable no-op broker", figMBps(f)}
 	}
+	// A broker only sending: the client's best consume is the better of
+	// the two reads from it.
+	for _, load := range []string{loadCold, loadWarm} {
+		if f := res.noopKafka[load]; f != nil && figMBps(f) > l[noopKafkaConsumeLimit].value {
+			l[noopKafkaConsumeLimit] = benchLimit{"the consume from a broker only sending", figMBps(f)}
+		}
+	}
 	for load, s := range res.rounds {
 		if len(s.floor) > 0 {
 			l[roundsFloorLimit(load)] = benchLimit{roundsFloorName(load), median(s.floor)}
@@ -2248,6 +2257,11 @@ func benchLimits(res *benchResults) map[string]benchLimit {
 	}
 	return l
 }
+
+// noopKafkaConsumeLimit is the key in benchLimits of the consume's MB/s
+// from the durable no-op Kafka broker, which only sends (the better of
+// cold and warm).
+const noopKafkaConsumeLimit = "noop-kafka-consume"
 
 // noopDurableBatchLimit is the key in benchLimits of the durable no-op
 // Pulsar broker's batched produce, MB/s.
@@ -2284,8 +2298,10 @@ func benchRows(cfg perfAllConfig) []benchRow {
 			ceilings: []string{noopKafkaLimit(loadProduce1), noopKafkaTwiceLimit(loadProduce1)}},
 		{measure: "Kafka produce, 1 partition, records/s", load: loadProduce1, figure: figRate, format: "%.0f"},
 		{measure: "Kafka produce, 1 partition, the disk's writes during the load, MB/s", derived: diskWritesRate(loadProduce1), format: "%.2f", limit: "disk"},
-		{measure: "Kafka consume cold, MB/s", load: loadCold, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
-		{measure: "Kafka consume warm, MB/s", load: loadWarm, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals},
+		{measure: "Kafka consume cold, MB/s", load: loadCold, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals,
+			ceilings: []string{noopKafkaConsumeLimit}},
+		{measure: "Kafka consume warm, MB/s", load: loadWarm, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals,
+			ceilings: []string{noopKafkaConsumeLimit}},
 		{measure: "Kafka consume warm, the client's CPU per MB, ms", derived: clientCPUPerMB, format: "%.3f"},
 		{measure: fmt.Sprintf("bound: the client on %d CPUs, the broker only sending, MB/s", runtime.NumCPU()),
 			derived: consumeCeiling, format: "%.0f", goals: []goal{{text: "≥ 1.2× kfake"}}, judge: judgeConsumeCeiling},
@@ -2520,6 +2536,13 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 			cell = fmt.Sprintf("%.2f", figMBps(f))
 		}
 		t.rows = append(t.rows, []string{"limit: " + p.what + ", to a durable no-op broker writing each byte twice (journal, then entry log), MB/s", cell, "", "", "", "", ""})
+	}
+	for _, p := range []struct{ what, load string }{{"cold", loadCold}, {"warm", loadWarm}} {
+		cell := "-"
+		if f := res.noopKafka[p.load]; f != nil {
+			cell = fmt.Sprintf("%.2f", figMBps(f))
+		}
+		t.rows = append(t.rows, []string{"limit: Kafka consume " + p.what + ", 4 partitions, from a broker only sending (the durable no-op broker: batches sampled from the produce, sent from memory), MB/s", cell, "", "", "", "", ""})
 	}
 	for _, c := range []struct {
 		who string

@@ -95,6 +95,8 @@ func perfAllMeasures(topics, partitions, rounds int) []string {
 		"limit: Pulsar produce, batching, to a durable no-op broker (group commit + fdatasync), MB/s",
 		"limit: Kafka produce, 4 partitions, to a durable no-op broker writing each byte twice (journal, then entry log), MB/s",
 		"limit: Kafka produce, 1 partition, to a durable no-op broker writing each byte twice (journal, then entry log), MB/s",
+		"limit: Kafka consume cold, 4 partitions, from a broker only sending (the durable no-op broker: batches sampled from the produce, sent from memory), MB/s",
+		"limit: Kafka consume warm, 4 partitions, from a broker only sending (the durable no-op broker: batches sampled from the produce, sent from memory), MB/s",
 		"limit: Pulsar produce, batching, to a durable no-op broker, the client's CPU per MB, ms",
 		"limit: Pulsar produce, batching, to a durable no-op broker, the broker's CPU per MB, ms",
 		"limit: loopback TCP, MB/s",
@@ -127,7 +129,7 @@ func checkPerfAllTable(t *testing.T, out string) {
 		t.Fatalf("no results table in:\n%s", out)
 	}
 	measures := perfAllMeasures(10, 30, 2)
-	// 32 limits and 5 of the rounds; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
+	// 34 limits and 5 of the rounds; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
 	// and warm, the client's CPU and bound (4), publish at 2 rates × (3
 	// quantiles, the median of the rounds' p99s, the broker's share ×3),
 	// end to end at 2 rates × 3 quantiles; Pulsar: the same latencies,
@@ -135,8 +137,8 @@ func checkPerfAllTable(t *testing.T, out string) {
 	// per MB, the medians of the rounds' batched and Kafka 1-partition
 	// produce), 10 topics (3); 30 partitions open (5).
 	// And the disk's writes during each Kafka produce (2).
-	if len(measures) != 37+4+4+14+6+14+6+6+3+5+2 {
-		t.Fatalf("%d rows, want 101: %q", len(measures), measures)
+	if len(measures) != 39+4+4+14+6+14+6+6+3+5+2 {
+		t.Fatalf("%d rows, want 103: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	// The disk's writes are measured where /proc/diskstats lists the
@@ -202,7 +204,7 @@ func TestPerfAll(t *testing.T) {
 		"[magnetar 14/14] partitions-open", "removed the standalone's data (", "30 records produced, one per partition", "30 offsets committed, one per partition",
 		"loaded: the broker counts 30 more topics and 30 more subscriptions than before the load",
 		"[kfake 7/7] kafka-e2e-20000", "[no-op pulsar 2/2] pulsar-publish-20000", "[durable no-op pulsar 2/3] pulsar-publish-20000", "[durable no-op pulsar 3/3] pulsar-produce-batched",
-		"[durable no-op kafka 4/4] kafka-publish-20000", "[durable no-op kafka, each byte twice 2/2] kafka-produce-1p", "created 10 producers in ", "the host's CPU steal during the load: ",
+		"[durable no-op kafka 3/5] kafka-consume", "[durable no-op kafka 5/5] kafka-publish-20000", "[durable no-op kafka, each byte twice 2/2] kafka-produce-1p", "created 10 producers in ", "the host's CPU steal during the load: ",
 		"[rounds] 2 rounds: ", "[round 1/2, durable no-op kafka] kafka-publish-5000", "[round 1/2, magnetar] kafka-publish-5000",
 		"[round 2/2, magnetar] pulsar-publish-20000", "[round 2/2, durable no-op pulsar] pulsar-publish-20000",
 		"[round 2/2, magnetar] kafka-produce-1p", "[round 2/2, durable no-op pulsar] pulsar-produce-batched", "wrote the results into " + doc} {
@@ -622,6 +624,31 @@ func TestPerfAllProduceKFakeCeiling(t *testing.T) {
 			{"not met, ceiling under the goal, the figure above it within the noise", 150, 145, "not met (unattainable here: the produce of a durable no-op broker writing each byte twice is 145.00, 0.72 of the 200.00 compared with; this is 1.03 of it); -", "145.00"},
 			{"not met, ceiling under the goal and under the figure", 150, 140, "not met; -", "140.00"},
 			{"not met, no ceiling", 150, 0, "not met; -", "-"},
+		})
+}
+
+// TestPerfAllConsumeCeiling: the Kafka consume's goal of 1.2× kfake not
+// met is unattainable when a broker only sending (the durable no-op Kafka
+// broker's consume, the better of its cold and warm) misses it too; its
+// limit rows show its figures.
+func TestPerfAllConsumeCeiling(t *testing.T) {
+	kfake := &pulsarResult{Messages: 1, Bytes: 500e6, Elapsed: time.Second}
+	checkCeilings(t, "Kafka consume warm, MB/s",
+		"limit: Kafka consume warm, 4 partitions, from a broker only sending (the durable no-op broker: batches sampled from the produce, sent from memory), MB/s",
+		func(figure, ceiling *pulsarResult) *benchResults {
+			res := &benchResults{magnetar: benchFigures{loadWarm: figure}, kfake: benchFigures{loadWarm: kfake}, noopKafka: benchFigures{}}
+			if ceiling != nil {
+				// The cold read from it slower: the warm one is the ceiling.
+				res.noopKafka[loadWarm] = ceiling
+				res.noopKafka[loadCold] = &pulsarResult{Messages: 1, Bytes: int64(mbps(ceiling.Bytes, ceiling.Elapsed) * 0.9e6), Elapsed: time.Second}
+			}
+			return res
+		}, []ceilingCase{
+			{"met", 650, 900, "met", "900.00"},
+			{"not met, ceiling under the goal", 500, 550, "not met (unattainable here: the consume from a broker only sending is 550.00, 1.10 of the 500.00 compared with; this is 0.91 of it)", "550.00"},
+			{"not met, ceiling over the goal", 500, 700, "not met", "700.00"},
+			{"not met, ceiling under the goal and under the figure", 580, 540, "not met", "540.00"},
+			{"not met, no ceiling", 500, 0, "not met", "-"},
 		})
 }
 

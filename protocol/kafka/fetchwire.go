@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -276,4 +277,33 @@ func appendLen(dst []byte, n int, flexible bool) []byte {
 		return binary.AppendUvarint(dst, uint64(n)+1)
 	}
 	return binary.BigEndian.AppendUint32(dst, uint32(n))
+}
+
+// AppendFetchFrame is appendFetchFrame for a broker that holds its record
+// batches itself: batches[i] are the pieces, in order, of the i-th
+// partition of fr (topic by topic), written from where they lie. The
+// benchmark's no-op broker (cmd/magnetar) serves fetches with it. fr must
+// have a version from 4 to 12 and no tagged fields or brokers set.
+func AppendFetchFrame(enc []byte, bufs net.Buffers, correlation int32, fr *kmsg.FetchResponse, batches [][][]byte) ([]byte, net.Buffers, error) {
+	if !plainFetch(fr) {
+		return enc, bufs, fmt.Errorf("fetch response version %d with tagged fields or brokers: not written by pieces", fr.Version)
+	}
+	n := 0
+	for i := range fr.Topics {
+		n += len(fr.Topics[i].Partitions)
+	}
+	if n != len(batches) {
+		return enc, bufs, fmt.Errorf("batches for %d partitions, the response has %d", len(batches), n)
+	}
+	recs := make([]*records, n)
+	for i, pieces := range batches {
+		r := &records{pieces: make([]piece, len(pieces))}
+		for j, b := range pieces {
+			r.pieces[j] = piece{b: b}
+			r.size += len(b)
+		}
+		recs[i] = r
+	}
+	enc, bufs = appendFetchFrame(enc, bufs, correlation, fr, recs)
+	return enc, bufs, nil
 }

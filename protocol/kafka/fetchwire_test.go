@@ -228,3 +228,42 @@ func TestFetchServesLargeBatchesWithTheirOffsets(t *testing.T) {
 		}
 	}
 }
+
+// AppendFetchFrame writes each partition's pieces where appendFetchFrame
+// writes its records, from where they lie, and refuses a response it
+// cannot write by pieces or pieces for another number of partitions.
+func TestAppendFetchFrameWritesPieces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for v := int16(4); v <= 12; v++ {
+		fr, recs, _ := randomFetch(rng, v)
+		batches := make([][][]byte, len(recs))
+		for i, r := range recs {
+			for _, p := range r.pieces {
+				batches[i] = append(batches[i], r.bytes(p))
+			}
+		}
+		_, bufs, err := AppendFetchFrame(nil, nil, 9, fr, batches)
+		if err != nil {
+			t.Fatalf("v%d: %v", v, err)
+		}
+		_, want := appendFetchFrame(nil, nil, 9, fr, recs)
+		if got, w := bytes.Join(bufs, nil), bytes.Join(want, nil); !bytes.Equal(got, w) {
+			t.Fatalf("v%d: %d bytes, want %d as appendFetchFrame writes them", v, len(got), len(w))
+		}
+		for _, pieces := range batches {
+			for _, b := range pieces {
+				if len(b) > 0 && !containsSlice(bufs, b) {
+					t.Fatalf("v%d: a piece was copied, not written from where it lies", v)
+				}
+			}
+		}
+		if _, _, err := AppendFetchFrame(nil, nil, 9, fr, append(batches, nil)); err == nil {
+			t.Errorf("v%d: pieces for one partition more than the response has: no error", v)
+		}
+	}
+	fr, _, _ := randomFetch(rng, 12)
+	fr.Version = 13
+	if _, _, err := AppendFetchFrame(nil, nil, 9, fr, nil); err == nil {
+		t.Error("version 13 (topic ids) written by pieces")
+	}
+}
