@@ -23,13 +23,16 @@ var noopProtocols = map[string]bool{"pulsar": true, "kafka": true}
 func newPerfNoopCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:    "noop-broker",
-		Short:  "Serve producers with a no-op broker (part of perf all)",
+		Short:  "Serve producers (and Kafka consumers) with a no-op broker (part of perf all)",
 		Hidden: true,
 		Long: `Serve Pulsar or Kafka producers on a free loopback port with a broker that
 stores nothing (pulsar only) or only writes what it is sent to a file and
 fdatasyncs it before acknowledging (group commit), and with
 perf-noop-entry-log writes it a second time after, as a bookie's entry log,
-until SIGINT or SIGTERM.
+until SIGINT or SIGTERM. The Kafka one also serves consumers as a broker
+only sending: a fetch gets batches sampled from what was produced to the
+partition (one in 8 MiB, 16 MiB of them at most), sent from memory at the
+offsets asked for.
 It logs "magnetar perf noop-broker ready" with its address once it listens.
 perf all runs it as a child process, for the floors of its table.`,
 		Args: cobra.NoArgs,
