@@ -117,8 +117,9 @@ func TestReadAheadServesTheNextFetch(t *testing.T) {
 
 // A read-ahead that is read goes on to the next: after the first fetch
 // (two batches served, the third read past the limit and held), the
-// read-ahead of two batches after it is followed by another of two, and
-// the fetches after take each without reading.
+// read-ahead of two batches after it is followed by others of two, up to
+// readAheadDepth of them, and the fetches after take each without
+// reading.
 func TestReadAheadsFollowEachOther(t *testing.T) {
 	s := startServer(t, nil)
 	c := s.dial(t)
@@ -128,17 +129,20 @@ func TestReadAheadsFollowEachOther(t *testing.T) {
 	if next != 6 {
 		t.Fatalf("the first fetch served up to %d, want 6 (two batches)", next)
 	}
-	wantHeld := []int64{6, 9, 15} // left over; read ahead; read ahead after it
+	wantHeld := []int64{6} // left over, then the read-aheads
+	for i := range readAheadDepth {
+		wantHeld = append(wantHeld, 9+6*int64(i))
+	}
+	wantRead := int64(3 + 2*readAheadDepth) // by the fetch, then ahead
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		// 3 entries read by the fetch, 2 + 2 ahead.
 		held, _ := s.srv.ahead.heldOffsets()
 		read := s.srv.ahead.entriesRead.Load()
-		if slices.Equal(held, wantHeld) && read == 7 {
+		if slices.Equal(held, wantHeld) && read == wantRead {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after the first fetch, held %v and %d entries read; want %v and 7", held, read, wantHeld)
+			t.Fatalf("after the first fetch, held %v and %d entries read; want %v and %d", held, read, wantHeld, wantRead)
 		}
 		time.Sleep(time.Millisecond)
 	}
