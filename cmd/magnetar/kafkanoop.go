@@ -68,15 +68,20 @@ type noopBatch struct {
 }
 
 // add samples the first batch of records (checked by countRecords), a
-// partition's produce, if noopSampleEvery bytes came since the last.
+// partition's produce, if noopSampleEvery bytes came since the last. A
+// produce without records, or whose first batch claims none, is not
+// sampled.
 func (s *noopSamples) add(records []byte) {
 	s.since += len(records)
-	if len(s.batches) > 0 && s.since < noopSampleEvery {
+	if len(records) < 61 || len(s.batches) > 0 && s.since < noopSampleEvery {
+		return
+	}
+	size := 12 + int(int32(binary.BigEndian.Uint32(records[8:])))
+	b := noopBatch{b: bytes.Clone(records[:size]), n: int64(int32(binary.BigEndian.Uint32(records[23:]))) + 1}
+	if b.n <= 0 {
 		return
 	}
 	s.since = 0
-	size := 12 + int(int32(binary.BigEndian.Uint32(records[8:])))
-	b := noopBatch{b: bytes.Clone(records[:size]), n: int64(int32(binary.BigEndian.Uint32(records[23:]))) + 1}
 	if s.bytes < noopFetchRing {
 		s.batches = append(s.batches, b)
 		s.bytes += size
@@ -126,7 +131,8 @@ func startNoopKafka(log *slog.Logger, store *noopStore) (*noopKafka, error) {
 	return s, nil
 }
 
-// serve reads one connection's requests and queues their responses.
+// serve reads one connection's requests and queues their responses (a
+// fetch's it writes itself: fetch).
 func (s *noopKafka) serve(nc net.Conn) error {
 	c := &noopConn{c: nc}
 	br := bufio.NewReaderSize(nc, 64<<10)
@@ -389,7 +395,11 @@ func (s *noopKafka) fetch(c *noopConn, corr uint32, q *kmsg.FetchRequest, p *kms
 	}
 	_ = enc // bufs holds it
 	for c.pending.Load() > 0 {
-		time.Sleep(20 * time.Microsecond) // an earlier response is still in the store
+		// An earlier response is still in the store.
+		if err := s.store.stopped(); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Microsecond)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -407,7 +417,9 @@ func (s *noopSamples) fetch(from, end int64, budget int, first bool) ([][]byte, 
 	for off, i := from, int(from%int64(max(len(s.batches), 1))); off < end && len(s.batches) > 0; i = (i + 1) % len(s.batches) {
 		b, n := s.batches[i].b, s.batches[i].n
 		if end-off < n {
-			b, n = cutBatch(b, end-off)
+			if b, n = cutBatch(b, end-off); b == nil {
+				break // not decodable: the records left are not sent
+			}
 		}
 		if len(b) > budget-size && (size > 0 || !first) {
 			break
@@ -420,11 +432,11 @@ func (s *noopSamples) fetch(from, end int64, budget int, first bool) ([][]byte, 
 }
 
 // cutBatch returns a batch of the first n records of batch (n less than
-// its count), or batch itself if it cannot be decoded.
+// its count); nil if batch cannot be decoded or holds fewer.
 func cutBatch(batch []byte, n int64) ([]byte, int64) {
 	h, recs, err := broker.ReadRecords(batch, noopKafkaMaxRequest)
 	if err != nil || int64(len(recs)) < n {
-		return batch, int64(len(recs))
+		return nil, 0
 	}
 	return broker.AppendRecordBatch(nil, h, recs[:n]), n
 }

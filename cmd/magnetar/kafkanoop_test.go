@@ -128,7 +128,8 @@ func TestNoopKafka(t *testing.T) {
 	for i := range 4 {
 		recs = append(recs, broker.Record{OffsetDelta: int32(i), Value: []byte(fmt.Sprintf("u%d", i))})
 	}
-	for _, batch := range [][]byte{broker.AppendRecordBatch(nil, broker.RecordBatch{ProducerID: -1, BaseSequence: -1}, recs),
+	// First a produce without records: nothing stored, nothing sampled.
+	for _, batch := range [][]byte{nil, broker.AppendRecordBatch(nil, broker.RecordBatch{ProducerID: -1, BaseSequence: -1}, recs),
 		broker.AppendRecordBatch(nil, broker.RecordBatch{ProducerID: -1, BaseSequence: -1}, recs[:2])} {
 		pr := kmsg.NewPtrProduceRequest()
 		pr.Acks, pr.TimeoutMillis = -1, 10000
@@ -200,6 +201,56 @@ func TestNoopKafka(t *testing.T) {
 	// The broker logs before it closes the connection.
 	if !strings.Contains(logs.String(), "does not serve API key 16 version 0") {
 		t.Errorf("no log line naming the ListGroups:\n%s", logs.String())
+	}
+}
+
+// The no-op broker's samples take no batch that claims no records, a
+// tail that cannot be cut is not sent, and a fetch waiting for the store
+// to write an earlier response ends with an error once the store is
+// closed.
+func TestNoopKafkaFetchEdges(t *testing.T) {
+	var s noopSamples
+	bad := broker.AppendRecordBatch(nil, broker.RecordBatch{}, []broker.Record{{Value: []byte("v")}})
+	binary.BigEndian.PutUint32(bad[23:], 0xfffffffe) // lastOffsetDelta -2
+	s.add(bad)
+	s.add(nil)
+	if len(s.batches) != 0 {
+		t.Fatalf("sampled %d batches claiming no records", len(s.batches))
+	}
+	garbage := bytes.Repeat([]byte{0xee}, 100)
+	s.batches = []noopBatch{{b: garbage, n: 5}}
+	if pieces, size := s.fetch(0, 2, 1<<20, true); len(pieces) != 0 || size != 0 {
+		t.Fatalf("an undecodable tail sent: %d pieces, %d bytes", len(pieces), size)
+	}
+	if pieces, size := s.fetch(0, 10, 1<<20, true); len(pieces) != 4 || size != 200 {
+		t.Fatalf("two whole samples: %d pieces, %d bytes; want 4, 200", len(pieces), size)
+	}
+
+	ctx := context.Background()
+	store, err := openNoopStore(ctx, slog.Default(), vfs.Default, filepath.Join(t.TempDir(), "store"), 1<<20, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	k := &noopKafka{store: store, topics: map[string][]int64{}, samples: map[string][]noopSamples{}}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	c := &noopConn{c: a}
+	c.pending.Store(1)
+	q := kmsg.NewPtrFetchRequest()
+	q.Version = 4
+	p := q.ResponseKind().(*kmsg.FetchResponse)
+	p.SetVersion(4)
+	done := make(chan error, 1)
+	go func() { done <- k.fetch(c, 1, q, p) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Fatalf("fetch waiting for a closed store: %v, want its error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a fetch waits for a closed store forever")
 	}
 }
 

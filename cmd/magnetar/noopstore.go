@@ -290,6 +290,23 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 	}
 }
 
+// stopped is the store's failure, or an error once it is closed; nil
+// while it runs.
+func (st *noopStore) stopped() error {
+	st.mu.Lock()
+	err := st.err
+	st.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-st.done:
+		return errors.New("no-op broker's store: closed")
+	default:
+		return nil
+	}
+}
+
 // Close stops the writer (messages waiting get no receipt) and removes the
 // file.
 func (st *noopStore) Close() {

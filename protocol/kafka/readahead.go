@@ -84,6 +84,7 @@ func (ra *readAhead) start(t *broker.Topic, offset int64, n int, size int64) {
 	ra.chain(t, offset, n, size, readAheadDepth)
 }
 
+// chain is start with depth read-aheads to make sure of.
 func (ra *readAhead) chain(t *broker.Topic, offset int64, n int, size int64, depth int) {
 	if ra.limit <= 0 || n <= 0 {
 		return
@@ -151,10 +152,13 @@ func (ra *readAhead) read(k aheadKey, a *ahead, n int) {
 	a.entries, a.end, a.read = es, end, true
 	more := a.more
 	ra.mu.Unlock()
-	close(a.ready)
+	// The next one is held before a fetch waiting for this one wakes, so
+	// that the fetch, going on past these entries, takes it rather than
+	// reading them itself (and then again here).
 	if more > 0 && end >= 0 {
 		ra.chain(k.t, end, len(es), size, more)
 	}
+	close(a.ready)
 }
 
 // hold keeps es, entries of t a fetch read but could not serve within its
