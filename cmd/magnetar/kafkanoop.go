@@ -389,11 +389,10 @@ func (s *noopKafka) fetch(c *noopConn, corr uint32, q *kmsg.FetchRequest, p *kms
 		time.Sleep(wait) // nothing is produced while consumers read here
 		q.MaxWaitMillis = 0
 	}
-	enc, bufs, err := kafka.AppendFetchFrame(nil, nil, int32(corr), p, batches)
+	_, bufs, err := kafka.AppendFetchFrame(nil, nil, int32(corr), p, batches)
 	if err != nil {
 		return err
 	}
-	_ = enc // bufs holds it
 	for c.pending.Load() > 0 {
 		// An earlier response is still in the store.
 		if err := s.store.stopped(); err != nil {
@@ -412,9 +411,12 @@ func (s *noopKafka) fetch(c *noopConn, corr uint32, q *kmsg.FetchRequest, p *kms
 // each batch an 8-byte base offset, then a sample after its own, samples
 // in turn from one picked by from. The last is cut to the records left.
 func (s *noopSamples) fetch(from, end int64, budget int, first bool) ([][]byte, int) {
+	if len(s.batches) == 0 {
+		return nil, 0
+	}
 	var pieces [][]byte
 	size := 0
-	for off, i := from, int(from%int64(max(len(s.batches), 1))); off < end && len(s.batches) > 0; i = (i + 1) % len(s.batches) {
+	for off, i := from, int(from%int64(len(s.batches))); off < end; i = (i + 1) % len(s.batches) {
 		b, n := s.batches[i].b, s.batches[i].n
 		if end-off < n {
 			if b, n = cutBatch(b, end-off); b == nil {

@@ -1035,8 +1035,8 @@ func (b *benchRun) runNoopPulsarLoads(ctx context.Context, name, url string, fig
 var noopKafkaLoads = []string{loadProduce4, loadProduce1, loadConsume, loadAt("kafka-publish", 5000), loadAt("kafka-publish", 20000)}
 
 // runDurableNoop runs the Pulsar publish loads, or the Kafka produce,
-// consume and publish loads, against a durable no-op broker (noopStore): `magnetar
-// perf noop-broker` started from exe as a child process, as the
+// consume and publish loads, against a durable no-op broker (noopStore):
+// `magnetar perf noop-broker` started from exe as a child process, as the
 // standalone is, its store in dir. Its figures are what the client, one
 // write of each byte and a group commit's fdatasync take here, in a
 // broker process of their own as Magnetar's are. With twice (Kafka), the

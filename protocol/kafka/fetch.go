@@ -329,10 +329,8 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 			// Read past the budget: kept for the fetch that goes on from
 			// here, not read again by it.
 			r.read = r.read[:len(r.read)-len(left)]
-			last := left[len(left)-1]
-			fp.t.SetKafkaReadHint(last.Header.NextOffset(), ml.Next(last.Position))
 			if s.ahead.hold(fp.t, left) {
-				fp.ahead = last.Header.NextOffset()
+				fp.ahead = left[len(left)-1].Header.NextOffset()
 			}
 		}
 	}
@@ -347,19 +345,28 @@ func (s *Server) readPartition(ctx context.Context, fp *fetchPart, budget int) e
 }
 
 // readAt reads up to n entries of t from the one holding offset: from
-// where a previous fetch left off if it ended at offset, else by
-// searching. Fetches and read-aheads read through it.
+// where a read left off if one ended at offset (its read hint), else by
+// searching; it leaves a read hint where it ends, for whoever reads on
+// from there (a fetch, or the read-ahead after it). Fetches and
+// read-aheads read through it.
 func (ra *readAhead) readAt(ctx context.Context, t *broker.Topic, offset int64, n int) ([]ledger.Entry, error) {
 	ml := t.ManagedLedger()
-	if pos, ok := t.KafkaReadHint(offset); ok {
-		es, err := ml.Read(ctx, pos, n)
-		ra.entriesRead.Add(int64(len(es)))
-		if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
-			return es, nil
+	es, err := func() ([]ledger.Entry, error) {
+		if pos, ok := t.KafkaReadHint(offset); ok {
+			es, err := ml.Read(ctx, pos, n)
+			ra.entriesRead.Add(int64(len(es)))
+			if err == nil && len(es) > 0 && es[0].Header.FirstOffset == offset {
+				return es, nil
+			}
+			releaseEntries(es)
 		}
-		releaseEntries(es)
+		es, err := ml.ReadOffset(ctx, offset, n)
+		ra.entriesRead.Add(int64(len(es)))
+		return es, err
+	}()
+	if err == nil && len(es) > 0 {
+		last := es[len(es)-1]
+		t.SetKafkaReadHint(last.Header.NextOffset(), ml.Next(last.Position))
 	}
-	es, err := ml.ReadOffset(ctx, offset, n)
-	ra.entriesRead.Add(int64(len(es)))
 	return es, err
 }

@@ -136,10 +136,7 @@ func (ra *readAhead) read(k aheadKey, a *ahead, n int) {
 	end := int64(-1)
 	var size int64
 	if err == nil && len(es) > 0 && es[0].Header.FirstOffset == k.offset {
-		last := es[len(es)-1]
-		end = last.Header.NextOffset()
-		// Where the read-ahead after this one starts.
-		k.t.SetKafkaReadHint(end, k.t.ManagedLedger().Next(last.Position))
+		end = es[len(es)-1].Header.NextOffset() // readAt left a read hint there
 		for _, e := range es {
 			size += int64(len(e.Payload))
 		}
