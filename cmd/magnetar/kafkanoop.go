@@ -393,12 +393,9 @@ func (s *noopKafka) fetch(c *noopConn, corr uint32, q *kmsg.FetchRequest, p *kms
 	if err != nil {
 		return err
 	}
-	for c.pending.Load() > 0 {
-		// An earlier response is still in the store.
-		if err := s.store.stopped(); err != nil {
-			return err
-		}
-		time.Sleep(20 * time.Microsecond)
+	// The responses before this one, in the store, go first.
+	if err := s.store.awaitReplies(c); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -237,7 +238,7 @@ func TestNoopKafkaFetchEdges(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	c := &noopConn{c: a}
-	c.pending.Store(1)
+	c.queued()
 	q := kmsg.NewPtrFetchRequest()
 	q.Version = 4
 	p := q.ResponseKind().(*kmsg.FetchResponse)
@@ -251,6 +252,48 @@ func TestNoopKafkaFetchEdges(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a fetch waits for a closed store forever")
+	}
+}
+
+// A no-op fetch's response goes out only after the connection's earlier
+// replies, waiting in the store, are written.
+func TestNoopKafkaFetchAfterReplies(t *testing.T) {
+	store, err := openNoopStore(context.Background(), slog.Default(), vfs.Default, filepath.Join(t.TempDir(), "store"), 1<<20, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	k := &noopKafka{store: store, topics: map[string][]int64{}, samples: map[string][]noopSamples{}}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	c := &noopConn{c: a}
+	c.queued() // a reply in the store
+	q := kmsg.NewPtrFetchRequest()
+	q.Version, q.MinBytes = 4, 0
+	p := q.ResponseKind().(*kmsg.FetchResponse)
+	p.SetVersion(4)
+	done := make(chan error, 1)
+	go func() { done <- k.fetch(c, 7, q, p) }()
+	b.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	var size [4]byte
+	if _, err := io.ReadFull(b, size[:]); err == nil {
+		t.Fatal("the fetch's response went out before the reply waiting in the store")
+	}
+	c.replied()
+	b.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(b, size[:]); err != nil {
+		t.Fatalf("no response once the earlier reply was written: %v", err)
+	}
+	frame := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(b, frame); err != nil {
+		t.Fatal(err)
+	}
+	if corr := int32(binary.BigEndian.Uint32(frame)); corr != 7 {
+		t.Fatalf("response with correlation id %d, want 7", corr)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("fetch: %v", err)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -91,9 +90,42 @@ func (l *noopListener) accept() {
 // noopConn is a connection of a no-op broker: its replies and the store's
 // are written under mu.
 type noopConn struct {
-	c       net.Conn
-	mu      sync.Mutex
-	pending atomic.Int64 // replies in the store, not yet written
+	c  net.Conn
+	mu sync.Mutex
+	// pending counts the replies in the store, not yet written; drained
+	// is closed when it falls back to 0 (nil while it is 0).
+	pendingMu sync.Mutex
+	pending   int
+	drained   chan struct{}
+}
+
+// queued notes a reply put in the store.
+func (c *noopConn) queued() {
+	c.pendingMu.Lock()
+	if c.pending == 0 {
+		c.drained = make(chan struct{})
+	}
+	c.pending++
+	c.pendingMu.Unlock()
+}
+
+// replied notes a reply of the store written (or dropped).
+func (c *noopConn) replied() {
+	c.pendingMu.Lock()
+	c.pending--
+	if c.pending == 0 {
+		close(c.drained)
+		c.drained = nil
+	}
+	c.pendingMu.Unlock()
+}
+
+// replies returns a channel closed once none of c's replies is in the
+// store; nil if none is now.
+func (c *noopConn) replies() <-chan struct{} {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	return c.drained
 }
 
 func (c *noopConn) write(b []byte) error {
@@ -182,7 +214,7 @@ func (st *noopStore) fail(err error) {
 // add queues data; reply goes to c once it is durable, after the replies
 // of everything queued before it.
 func (st *noopStore) add(c *noopConn, data, reply []byte) error {
-	c.pending.Add(1)
+	c.queued()
 	return st.queueSend(noopSend{c: c, data: data, reply: reply})
 }
 
@@ -258,7 +290,7 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 					m.done(err)
 				} else {
 					m.c.c.Close()
-					m.c.pending.Add(-1)
+					m.c.replied()
 				}
 			}
 			return
@@ -282,7 +314,7 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 		}
 		for _, m := range group {
 			if m.c != nil {
-				m.c.pending.Add(-1)
+				m.c.replied()
 			}
 		}
 		clear(outs)
@@ -290,9 +322,16 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 	}
 }
 
-// stopped is the store's failure, or an error once it is closed; nil
-// while it runs.
-func (st *noopStore) stopped() error {
+// awaitReplies waits until none of c's replies is in the store. It
+// returns the store's failure, or an error once the store is closed,
+// which writes no more of them.
+func (st *noopStore) awaitReplies(c *noopConn) error {
+	if ch := c.replies(); ch != nil {
+		select {
+		case <-ch:
+		case <-st.done:
+		}
+	}
 	st.mu.Lock()
 	err := st.err
 	st.mu.Unlock()
