@@ -38,6 +38,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/magnetar-io/magnetar/bookie/storage"
 	"github.com/magnetar-io/magnetar/broker"
 )
 
@@ -409,10 +410,10 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 		return err
 	}
 	defer os.RemoveAll(dir)
-	fmt.Fprintf(out, "scratch directory %s (removed at the end)\n", dir)
+	fmt.Fprintf(out, "scratch directory %s (removed at the end)%s\n", dir, describeRoom(dir))
 
 	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, noop: benchFigures{}, noopDurable: benchFigures{}, noopKafka: benchFigures{}, noopKafkaTwice: benchFigures{}}
-	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout, steal: newStealLog()}
+	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout, steal: newStealLog(), scratch: dir}
 	err = b.measureLimits(ctx, dir, res)
 	if err == nil {
 		// Before kfake has filled this process's heap with gigabytes of
@@ -482,6 +483,9 @@ type benchRun struct {
 	drain time.Duration
 	// steal is the host's CPU steal over each load run (runSteps).
 	steal *stealLog
+	// scratch is the directory the brokers' data goes under ("": not
+	// known, no note on a full disk).
+	scratch string
 }
 
 // stealLog holds the host's CPU steal over each load of a run, by the
@@ -569,10 +573,49 @@ func (b *benchRun) runSteps(ctx context.Context, target string, steps []benchSte
 			b.steal.record(target, st.name, f)
 		}
 		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("%s: %s: %w", target, st.name, err)
+			return fmt.Errorf("%s: %s: %w%s", target, st.name, err, b.fullDiskNote())
 		}
 	}
 	return nil
+}
+
+// describeRoom says how much room dir's file system has, as the bookie
+// counts its usage (storage.Options.DiskUsageThreshold): perf all writes
+// tens of GB at once, and the standalone refuses adds above the
+// threshold. "" if it cannot be read.
+func describeRoom(dir string) string {
+	u, err := vfs.Default.GetDiskUsage(dir)
+	if err != nil || u.UsedBytes+u.AvailBytes == 0 {
+		return ""
+	}
+	used := float64(u.UsedBytes) / float64(u.UsedBytes+u.AvailBytes)
+	return fmt.Sprintf("; its file system: %.1f GB available, %.0f %% used (the standalone's bookie refuses writes above %.0f %%)",
+		float64(u.AvailBytes)/1e9, 100*used, 100*storage.DefaultDiskUsageThreshold)
+}
+
+// fullDiskNote explains a failed load when the scratch directory's file
+// system is now at or above the bookie's warning threshold: the
+// standalone refused adds (its log says so), or a no-op broker's write
+// failed. "" otherwise.
+func (b *benchRun) fullDiskNote() string {
+	if b.scratch == "" {
+		return ""
+	}
+	u, err := vfs.Default.GetDiskUsage(b.scratch)
+	if err != nil || u.UsedBytes+u.AvailBytes == 0 {
+		return ""
+	}
+	return fullDiskNote(u.AvailBytes, float64(u.UsedBytes)/float64(u.UsedBytes+u.AvailBytes))
+}
+
+// fullDiskNote is the note for a file system with avail bytes available
+// and that share used; "" under the bookie's warning threshold.
+func fullDiskNote(avail uint64, used float64) string {
+	if used < storage.DefaultDiskUsageWarnThreshold {
+		return ""
+	}
+	return fmt.Sprintf(" (the data's file system is now %.0f %% full, %.1f GB available: the standalone's bookie refuses adds above %.0f %%; free some room and run again)",
+		100*used, float64(avail)/1e9, 100*storage.DefaultDiskUsageThreshold)
 }
 
 // --- 1. the machine's limits ---------------------------------------------------
@@ -2518,31 +2561,29 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 		}
 		floorRow("Pulsar produce, batching, to a durable no-op broker, MB/s", loadPulsarBatch, "%.2f")
 	}
+	const (
+		durable = ", to a durable no-op broker (group commit + fdatasync)"
+		twice   = ", to a durable no-op broker writing each byte twice (journal, then entry log)"
+		sending = ", 4 partitions, from a broker only sending (the durable no-op broker: batches sampled from the produce, sent from memory)"
+	)
 	for _, p := range []struct {
-		what string
-		figs benchFigures
-		load string
-	}{{"Kafka produce, 4 partitions", res.noopKafka, loadProduce4}, {"Kafka produce, 1 partition", res.noopKafka, loadProduce1},
-		{"Pulsar produce, batching", res.noopDurable, loadPulsarBatch}} {
+		measure string
+		figs    benchFigures
+		load    string
+	}{
+		{"Kafka produce, 4 partitions" + durable, res.noopKafka, loadProduce4},
+		{"Kafka produce, 1 partition" + durable, res.noopKafka, loadProduce1},
+		{"Pulsar produce, batching" + durable, res.noopDurable, loadPulsarBatch},
+		{"Kafka produce, 4 partitions" + twice, res.noopKafkaTwice, loadProduce4},
+		{"Kafka produce, 1 partition" + twice, res.noopKafkaTwice, loadProduce1},
+		{"Kafka consume cold" + sending, res.noopKafka, loadCold},
+		{"Kafka consume warm" + sending, res.noopKafka, loadWarm},
+	} {
 		cell := "-"
 		if f := p.figs[p.load]; f != nil {
 			cell = fmt.Sprintf("%.2f", figMBps(f))
 		}
-		t.rows = append(t.rows, []string{"limit: " + p.what + ", to a durable no-op broker (group commit + fdatasync), MB/s", cell, "", "", "", "", ""})
-	}
-	for _, p := range []struct{ what, load string }{{"Kafka produce, 4 partitions", loadProduce4}, {"Kafka produce, 1 partition", loadProduce1}} {
-		cell := "-"
-		if f := res.noopKafkaTwice[p.load]; f != nil {
-			cell = fmt.Sprintf("%.2f", figMBps(f))
-		}
-		t.rows = append(t.rows, []string{"limit: " + p.what + ", to a durable no-op broker writing each byte twice (journal, then entry log), MB/s", cell, "", "", "", "", ""})
-	}
-	for _, p := range []struct{ what, load string }{{"cold", loadCold}, {"warm", loadWarm}} {
-		cell := "-"
-		if f := res.noopKafka[p.load]; f != nil {
-			cell = fmt.Sprintf("%.2f", figMBps(f))
-		}
-		t.rows = append(t.rows, []string{"limit: Kafka consume " + p.what + ", 4 partitions, from a broker only sending (the durable no-op broker: batches sampled from the produce, sent from memory), MB/s", cell, "", "", "", "", ""})
+		t.rows = append(t.rows, []string{"limit: " + p.measure + ", MB/s", cell, "", "", "", "", ""})
 	}
 	for _, c := range []struct {
 		who string

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // diskDir is a new directory under the package's, in the checkout, for
@@ -200,7 +202,7 @@ func TestPerfAll(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s\nstdout:\n%s", code, errOut, out)
 	}
-	for _, w := range []string{"[limits] the machine", "disk: sequential 1 MiB O_DIRECT writes + fdatasync", "standalone ready: ", "[magnetar 13/14] pulsar-topics",
+	for _, w := range []string{"(the standalone's bookie refuses writes above 95 %)", "[limits] the machine", "disk: sequential 1 MiB O_DIRECT writes + fdatasync", "standalone ready: ", "[magnetar 13/14] pulsar-topics",
 		"[magnetar 14/14] partitions-open", "removed the standalone's data (", "30 records produced, one per partition", "30 offsets committed, one per partition",
 		"loaded: the broker counts 30 more topics and 30 more subscriptions than before the load",
 		"[kfake 7/7] kafka-e2e-20000", "[no-op pulsar 2/2] pulsar-publish-20000", "[durable no-op pulsar 2/3] pulsar-publish-20000", "[durable no-op pulsar 3/3] pulsar-produce-batched",
@@ -337,6 +339,27 @@ func TestReplaceDocSection(t *testing.T) {
 		case tc.err == "" && (err != nil || got != tc.want):
 			t.Errorf("%q:\n got %q, %v\nwant %q", tc.doc, got, err, tc.want)
 		}
+	}
+}
+
+// A load failing on a disk past the bookie's warning threshold says so;
+// under it, nothing is added.
+func TestFullDiskNote(t *testing.T) {
+	if n := fullDiskNote(20e9, 0.60); n != "" {
+		t.Errorf("a disk 60 %% full: note %q, want none", n)
+	}
+	want := " (the data's file system is now 96 % full, 3.2 GB available: the standalone's bookie refuses adds above 95 %; free some room and run again)"
+	if n := fullDiskNote(3.2e9, 0.96); n != want {
+		t.Errorf("a disk 96 %% full: note %q, want %q", n, want)
+	}
+	b := &benchRun{scratch: t.TempDir()} // this disk: the note only if it is that full
+	u, err := vfs.Default.GetDiskUsage(b.scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := float64(u.UsedBytes) / float64(u.UsedBytes+u.AvailBytes)
+	if got, want := b.fullDiskNote() != "", used >= 0.90; got != want {
+		t.Errorf("the temp directory's disk %.0f %% full: note given %t, want %t", 100*used, got, want)
 	}
 }
 
