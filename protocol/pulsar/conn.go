@@ -112,7 +112,14 @@ func (c *conn) serve() {
 	for {
 		f, err := r.ReadFrame()
 		if err != nil {
-			if c.ctx.Err() == nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			var opErr *net.OpError
+			switch {
+			case c.ctx.Err() != nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+			case errors.As(err, &opErr):
+				// The socket failed (reset by the client, a timeout), not
+				// the protocol.
+				c.log.Warn("pulsar: closing connection: read failed", "err", err)
+			default:
 				c.log.Warn("pulsar: closing connection: bad frame", "err", err)
 			}
 			return

@@ -1,6 +1,7 @@
 package pulsar
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -277,6 +279,60 @@ func TestBadInputClosesTheConnection(t *testing.T) {
 	c.write(sendFrame(t, 1, 0, []byte("ok")))
 	if f := c.read(); f.Cmd.GetType() != pb.BaseCommand_SEND_RECEIPT {
 		t.Fatalf("got %v, want SEND_RECEIPT", f.Cmd)
+	}
+}
+
+// The log line of a closed connection says why: input that is not the
+// protocol is a bad frame; a client resetting its connection is a failed
+// read, not a bad frame.
+func TestClosedConnectionLogLine(t *testing.T) {
+	var logs lockedBuffer
+	s := startServer(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	c := dial(t, s)
+	c.write([]byte{0, 0, 0, 8, 0, 0, 1, 0, 1, 2, 3, 4}) // command larger than the frame
+	c.expectClosed()
+	waitLog(t, &logs, "bad frame")
+
+	c = dial(t, s)
+	c.connect()
+	c.write([]byte{0, 0}) // half a frame size, then a reset
+	if err := c.nc.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	c.nc.Close()
+	waitLog(t, &logs, "read failed")
+	if n := strings.Count(logs.String(), "bad frame"); n != 1 {
+		t.Fatalf("%d bad-frame lines, want the first connection's only:\n%s", n, logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitLog waits for a log line holding want.
+func waitLog(t *testing.T, logs *lockedBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line with %q:\n%s", want, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
