@@ -268,13 +268,16 @@ func TestNoopKafkaFetchAfterReplies(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	c := &noopConn{c: a}
-	c.queued() // a reply in the store
+	c.queued() // as the store does for a reply it holds
 	q := kmsg.NewPtrFetchRequest()
 	q.Version, q.MinBytes = 4, 0
 	p := q.ResponseKind().(*kmsg.FetchResponse)
 	p.SetVersion(4)
 	done := make(chan error, 1)
 	go func() { done <- k.fetch(c, 7, q, p) }()
+	// Nothing for 200 ms: a fetch not waiting would write at once (a
+	// slow scheduler could let a broken fetch pass here, never fail a
+	// sound one).
 	b.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	var size [4]byte
 	if _, err := io.ReadFull(b, size[:]); err == nil {

@@ -322,15 +322,17 @@ func (st *noopStore) run(fs vfs.FS, path string) {
 	}
 }
 
-// awaitReplies waits until none of c's replies is in the store. It
-// returns the store's failure, or an error once the store is closed,
-// which writes no more of them.
+// awaitReplies waits until none of c's replies is in the store. With
+// some there, it returns the store's failure, or an error once the store
+// is closed, which writes no more of them.
 func (st *noopStore) awaitReplies(c *noopConn) error {
-	if ch := c.replies(); ch != nil {
-		select {
-		case <-ch:
-		case <-st.done:
-		}
+	ch := c.replies()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+	case <-st.done:
 	}
 	st.mu.Lock()
 	err := st.err

@@ -589,7 +589,7 @@ func describeRoom(dir string) string {
 		return ""
 	}
 	used := float64(u.UsedBytes) / float64(u.UsedBytes+u.AvailBytes)
-	return fmt.Sprintf("; its file system: %.1f GB available, %.0f %% used (the standalone's bookie refuses writes above %.0f %%)",
+	return fmt.Sprintf("; its file system: %.1f GB available, %.1f %% used (the standalone's bookie refuses writes above %.0f %%)",
 		float64(u.AvailBytes)/1e9, 100*used, 100*storage.DefaultDiskUsageThreshold)
 }
 
@@ -614,7 +614,7 @@ func fullDiskNote(avail uint64, used float64) string {
 	if used < storage.DefaultDiskUsageWarnThreshold {
 		return ""
 	}
-	return fmt.Sprintf(" (the data's file system is now %.0f %% full, %.1f GB available: the standalone's bookie refuses adds above %.0f %%; free some room and run again)",
+	return fmt.Sprintf(" (the data's file system is now %.1f %% full, %.1f GB available: the standalone's bookie refuses adds above %.0f %%; free some room and run again)",
 		100*used, float64(avail)/1e9, 100*storage.DefaultDiskUsageThreshold)
 }
 

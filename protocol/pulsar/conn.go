@@ -115,9 +115,9 @@ func (c *conn) serve() {
 			var opErr *net.OpError
 			switch {
 			case c.ctx.Err() != nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
-			case errors.As(err, &opErr):
-				// The socket failed (reset by the client, a timeout), not
-				// the protocol.
+			case errors.As(err, &opErr), errors.Is(err, io.ErrUnexpectedEOF):
+				// The socket failed (reset by the client, a timeout) or
+				// the client closed it mid-frame: not the protocol.
 				c.log.Warn("pulsar: closing connection: read failed", "err", err)
 			default:
 				c.log.Warn("pulsar: closing connection: bad frame", "err", err)

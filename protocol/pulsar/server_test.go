@@ -283,8 +283,8 @@ func TestBadInputClosesTheConnection(t *testing.T) {
 }
 
 // The log line of a closed connection says why: input that is not the
-// protocol is a bad frame; a client resetting its connection is a failed
-// read, not a bad frame.
+// protocol is a bad frame; a client resetting its connection, or closing
+// it in the middle of a frame, is a failed read.
 func TestClosedConnectionLogLine(t *testing.T) {
 	var logs lockedBuffer
 	s := startServer(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
@@ -301,6 +301,18 @@ func TestClosedConnectionLogLine(t *testing.T) {
 	}
 	c.nc.Close()
 	waitLog(t, &logs, "read failed")
+
+	c = dial(t, s)
+	c.connect()
+	c.write([]byte{0, 0, 0, 20, 0, 0}) // a frame cut off by a close
+	c.nc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(logs.String(), "read failed") < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := strings.Count(logs.String(), "read failed"); n != 2 {
+		t.Fatalf("%d failed-read lines, want the reset's and the cut frame's:\n%s", n, logs.String())
+	}
 	if n := strings.Count(logs.String(), "bad frame"); n != 1 {
 		t.Fatalf("%d bad-frame lines, want the first connection's only:\n%s", n, logs.String())
 	}
