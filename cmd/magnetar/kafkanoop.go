@@ -67,27 +67,26 @@ type noopBatch struct {
 	n int64
 }
 
-// add samples the first batch of records (checked by countRecords), a
-// partition's produce, if noopSampleEvery bytes came since the last. A
-// produce without records, or whose first batch claims none, is not
-// sampled.
+// add samples the first batch of records, a partition's produce, if
+// noopSampleEvery bytes came since the last. A produce without records,
+// or whose first batch does not decode or claims none, is not sampled.
 func (s *noopSamples) add(records []byte) {
 	s.since += len(records)
-	if len(records) < 61 || len(s.batches) > 0 && s.since < noopSampleEvery {
+	if len(records) == 0 || len(s.batches) > 0 && s.since < noopSampleEvery {
 		return
 	}
-	size := 12 + int(int32(binary.BigEndian.Uint32(records[8:])))
-	b := noopBatch{b: bytes.Clone(records[:size]), n: int64(int32(binary.BigEndian.Uint32(records[23:]))) + 1}
-	if b.n <= 0 {
+	first, n, err := firstBatch(records)
+	if err != nil || n <= 0 {
 		return
 	}
+	b := noopBatch{b: bytes.Clone(first), n: n}
 	s.since = 0
 	if s.bytes < noopFetchRing {
 		s.batches = append(s.batches, b)
-		s.bytes += size
+		s.bytes += len(b.b)
 		return
 	}
-	s.bytes += size - len(s.batches[s.next].b)
+	s.bytes += len(b.b) - len(s.batches[s.next].b)
 	s.batches[s.next] = b
 	s.next = (s.next + 1) % len(s.batches)
 }
@@ -445,17 +444,27 @@ func cutBatch(batch []byte, n int64) ([]byte, int64) {
 func countRecords(b []byte) (int64, error) {
 	var n int64
 	for len(b) > 0 {
-		if len(b) < 61 || b[16] != 2 {
-			return 0, errors.New("not a record batch of magic 2")
+		batch, count, err := firstBatch(b)
+		if err != nil {
+			return 0, err
 		}
-		size := 12 + int64(int32(binary.BigEndian.Uint32(b[8:])))
-		if size < 61 || size > int64(len(b)) {
-			return 0, fmt.Errorf("record batch of %d bytes in %d", size, len(b))
-		}
-		n += int64(int32(binary.BigEndian.Uint32(b[23:]))) + 1
-		b = b[size:]
+		n += count
+		b = b[len(batch):]
 	}
 	return n, nil
+}
+
+// firstBatch returns the record batch (v2) b starts with and its record
+// count (its last offset delta plus one).
+func firstBatch(b []byte) ([]byte, int64, error) {
+	if len(b) < 61 || b[16] != 2 {
+		return nil, 0, errors.New("not a record batch of magic 2")
+	}
+	size := 12 + int64(int32(binary.BigEndian.Uint32(b[8:])))
+	if size < 61 || size > int64(len(b)) {
+		return nil, 0, fmt.Errorf("record batch of %d bytes in %d", size, len(b))
+	}
+	return b[:size], int64(int32(binary.BigEndian.Uint32(b[23:]))) + 1, nil
 }
 
 // frameKafkaResponse returns r framed: size, correlation id, the header's

@@ -584,13 +584,23 @@ func (b *benchRun) runSteps(ctx context.Context, target string, steps []benchSte
 // tens of GB at once, and the standalone refuses adds above the
 // threshold. "" if it cannot be read.
 func describeRoom(dir string) string {
-	u, err := vfs.Default.GetDiskUsage(dir)
-	if err != nil || u.UsedBytes+u.AvailBytes == 0 {
+	avail, used, ok := diskRoom(dir)
+	if !ok {
 		return ""
 	}
-	used := float64(u.UsedBytes) / float64(u.UsedBytes+u.AvailBytes)
 	return fmt.Sprintf("; its file system: %.1f GB available, %.1f %% used (the standalone's bookie refuses writes above %.0f %%)",
-		float64(u.AvailBytes)/1e9, 100*used, 100*storage.DefaultDiskUsageThreshold)
+		float64(avail)/1e9, 100*used, 100*storage.DefaultDiskUsageThreshold)
+}
+
+// diskRoom returns the bytes available on dir's file system and the
+// share used, counted as the bookie counts it (used ÷ (used +
+// available)); false if it cannot be read.
+func diskRoom(dir string) (avail uint64, used float64, ok bool) {
+	u, err := vfs.Default.GetDiskUsage(dir)
+	if err != nil || u.UsedBytes+u.AvailBytes == 0 {
+		return 0, 0, false
+	}
+	return u.AvailBytes, float64(u.UsedBytes) / float64(u.UsedBytes+u.AvailBytes), true
 }
 
 // fullDiskNote explains a failed load when the scratch directory's file
@@ -601,11 +611,11 @@ func (b *benchRun) fullDiskNote() string {
 	if b.scratch == "" {
 		return ""
 	}
-	u, err := vfs.Default.GetDiskUsage(b.scratch)
-	if err != nil || u.UsedBytes+u.AvailBytes == 0 {
+	avail, used, ok := diskRoom(b.scratch)
+	if !ok {
 		return ""
 	}
-	return fullDiskNote(u.AvailBytes, float64(u.UsedBytes)/float64(u.UsedBytes+u.AvailBytes))
+	return fullDiskNote(avail, used)
 }
 
 // fullDiskNote is the note for a file system with avail bytes available
