@@ -25,7 +25,9 @@ import (
 // partition's, interleaved in the same log) are then served from the
 // chunk: one disk read per chunk. The first use of a chunk reads the next
 // ones in the background, as the kernel reads ahead through the page
-// cache.
+// cache. Large entries are read on their own (readSpan), and so is a
+// small one alone among them (aloneLocked): the chunks are for runs of
+// small entries.
 //
 // Where O_DIRECT cannot be used (the file system refuses it at open or at
 // a read, or the storage is not on operating-system files), reads go
@@ -67,6 +69,10 @@ type diskReads struct {
 	chunks [diskChunks]diskChunk
 	index  map[chunkKey]*diskChunk // the occupied chunks
 	tick   uint64                  // for least-recently-used eviction
+	// lately: chunks a small entry was read from on its own, most
+	// recent at latelyNext-1 (aloneLocked).
+	lately     [diskChunks]chunkKey
+	latelyNext int
 	// reads counts chunks read from the disk (tests).
 	reads int
 	// spanReads counts entries read on their own (tests).
@@ -96,6 +102,9 @@ type diskChunk struct {
 func newDiskReads(log *slog.Logger) *diskReads {
 	d := &diskReads{log: log, marks: map[uint64]int64{}, index: map[chunkKey]*diskChunk{}}
 	d.cond.L = &d.mu
+	for i := range d.lately {
+		d.lately[i] = chunkKey{log: math.MaxUint64} // no log's
+	}
 	return d
 }
 
@@ -155,7 +164,8 @@ func (d *diskReads) turnOffLocked(why string) {
 // diskSpanMin bytes or more with an O_DIRECT read of its own (readSpan),
 // a smaller one from the chunks holding it, held or read with readAt (an
 // O_DIRECT read of the log into an aligned buffer, returning the bytes
-// read). ok is false if the bytes are not all read (past the end of the
+// read), unless it is alone in a chunk not held (aloneLocked): then on
+// its own too. ok is false if the bytes are not all read (past the end of the
 // file, or a read error): the caller reads them through the page cache
 // instead, which reports what is wrong.
 func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) (ok bool) {
@@ -165,6 +175,12 @@ func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte
 	end := off + int64(len(e))
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.aloneLocked(chunkKey{log, off &^ (diskChunkSize - 1)}) {
+		d.mu.Unlock()
+		ok = d.readSpan(off, e, readAt)
+		d.mu.Lock()
+		return ok
+	}
 	for pos := off; pos < end; {
 		start := pos &^ (diskChunkSize - 1)
 		to := min(end, start+diskChunkSize)
@@ -179,6 +195,27 @@ func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte
 		d.cond.Broadcast()
 		pos = to
 	}
+	return true
+}
+
+// aloneLocked reports whether a small entry in the chunk at key is to be
+// read on its own: the chunk is not held, and no small entry was read
+// from it lately (it is then remembered). Among large entries (Kafka
+// batches of hundreds of KiB, read as spans) a small one is alone, and
+// loading its chunk and prefetching the next ones would read megabytes
+// that the spans read again; the second small entry read from a chunk
+// shows a run of them, which the chunk and its prefetch serve.
+func (d *diskReads) aloneLocked(key chunkKey) bool {
+	if d.index[key] != nil {
+		return false
+	}
+	for _, k := range d.lately {
+		if k == key {
+			return false
+		}
+	}
+	d.lately[d.latelyNext] = key
+	d.latelyNext = (d.latelyNext + 1) % len(d.lately)
 	return true
 }
 

@@ -22,6 +22,7 @@ import (
 type fakeLog struct {
 	data  []byte
 	reads atomic.Int64
+	bytes atomic.Int64 // asked for by the reads
 	fail  atomic.Bool
 	inval atomic.Bool // fail as a file system refusing O_DIRECT reads does
 
@@ -38,6 +39,7 @@ func (f *fakeLog) readsAt(off int64) int {
 
 func (f *fakeLog) readAt(buf []byte, off int64) (int, error) {
 	f.reads.Add(1)
+	f.bytes.Add(int64(len(buf)))
 	f.mu.Lock()
 	if f.offs == nil {
 		f.offs = map[int64]int{}
@@ -106,7 +108,8 @@ func TestDiskReads(t *testing.T) {
 		}
 		return ok
 	}
-	// Sequential 16 KiB entries: one chunk read per MiB.
+	// Sequential 16 KiB entries: the first read on its own (aloneLocked),
+	// then one chunk read per MiB.
 	const entry = 16<<10 + 4
 	var off int64
 	for ; off+entry <= 4<<20; off += entry {
@@ -114,8 +117,8 @@ func TestDiskReads(t *testing.T) {
 			t.Fatalf("read [%d, +%d) failed", off, entry)
 		}
 	}
-	if got := lg.reads.Load(); got != 4 {
-		t.Errorf("%d chunk reads for 4 MiB read sequentially, want 4", got)
+	if got, spans := lg.reads.Load(), d.spanReads.Load(); got != 5 || spans != 1 {
+		t.Errorf("%d reads (%d on their own) for 4 MiB read sequentially, want 5 (1): the first entry, then 4 chunks", got, spans)
 	}
 	// Read again in reverse: the last diskChunks chunks are held.
 	before := lg.reads.Load()
@@ -218,13 +221,17 @@ func TestDiskReadsSpan(t *testing.T) {
 			t.Fatalf("[%d, +%d): %d reads, %d span reads, %d chunk reads; want 1, 1, 0", tc.off, tc.n, r, sp, c)
 		}
 	}
-	spans := d.spanReads.Load()
+	// Just under diskSpanMin, twice in one chunk: the first alone, the
+	// second through the chunk.
 	e := make([]byte, diskSpanMin-1)
-	if !d.read(1, 100, e, lg.readAt) || !bytes.Equal(e, lg.data[100:100+len(e)]) {
-		t.Fatal("a read just under diskSpanMin failed or is wrong")
-	}
-	if d.spanReads.Load() != spans || d.reads == 0 {
-		t.Fatalf("an entry under diskSpanMin was read on its own (%d chunk reads)", d.reads)
+	for i, off := range []int{100, 100 + diskSpanMin} {
+		spans, chunks := d.spanReads.Load(), d.reads
+		if !d.read(1, int64(off), e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+len(e)]) {
+			t.Fatalf("a read just under diskSpanMin at %d failed or is wrong", off)
+		}
+		if sp, c := d.spanReads.Load()-spans, d.reads-chunks; (sp == 1) != (i == 0) || (c > 0) != (i == 1) {
+			t.Fatalf("small entry %d of a chunk: %d span reads, %d chunk reads", i+1, sp, c)
+		}
 	}
 	d.setMark(1, 1<<40)
 	if d.read(1, size-diskSpanMin+1, make([]byte, diskSpanMin), lg.readAt) {
@@ -233,6 +240,60 @@ func TestDiskReadsSpan(t *testing.T) {
 	lg.fail.Store(true)
 	if d.read(1, 0, make([]byte, diskSpanMin), lg.readAt) {
 		t.Error("a failed span read was served")
+	}
+}
+
+// A small entry alone among large ones, as a Kafka batch cut short is
+// among full ones in a log, is read on its own: loading its chunk and
+// prefetching the next would read megabytes of large entries, which are
+// read again as spans. A second small entry read from the same chunk
+// loads it.
+func TestDiskReadsSmallAlone(t *testing.T) {
+	const size = 16 << 20
+	lg := newFakeLog(size)
+	d := newDiskReads(discardLogger)
+	d.setMark(1, size)
+	// 600 KiB entries, every fourth followed by a 10 KiB one: the whole
+	// log read once, in order.
+	var want int64
+	small := 0
+	for off, i := int64(0), 0; ; i++ {
+		n := int64(600 << 10)
+		if i%2 == 1 {
+			n = 10<<10 + 7
+		}
+		if i%2 == 1 && i%8 != 7 {
+			continue // large ones between the small
+		}
+		if off+n > size {
+			break
+		}
+		e := make([]byte, n)
+		if !d.read(1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+n]) {
+			t.Fatalf("read [%d, +%d) failed or is wrong", off, n)
+		}
+		if n < diskSpanMin {
+			small++
+		}
+		want += (off+n+diskBlock-1)&^(diskBlock-1) - off&^(diskBlock-1)
+		off += n
+	}
+	if small < 4 {
+		t.Fatalf("only %d small entries read; the test reads too little", small)
+	}
+	if d.reads != 0 || lg.bytes.Load() != want {
+		t.Fatalf("%d chunk reads, %d bytes read; want none, and %d bytes (each entry's blocks once)", d.reads, lg.bytes.Load(), want)
+	}
+	// Two small entries in one chunk: the second loads it.
+	e := make([]byte, 100)
+	for i, off := range []int64{15 << 20, 15<<20 + 4096} {
+		before := d.reads
+		if !d.read(1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+100]) {
+			t.Fatalf("read at %d failed or is wrong", off)
+		}
+		if loaded := d.reads > before; loaded != (i == 1) {
+			t.Fatalf("small entry %d of chunk 15: chunk loaded %t", i+1, loaded)
+		}
 	}
 }
 
@@ -301,8 +362,10 @@ func TestDiskReadsPrefetch(t *testing.T) {
 	d := newDiskReads(discardLogger)
 	d.setMark(1, 3<<20+diskChunkSize/2) // chunks 0 to 2 wholly dropped, 3 partly
 	e := make([]byte, 100)
-	if !d.read(1, 10, e, lg.readAt) {
-		t.Fatal("read of chunk 0 failed")
+	for _, off := range []int64{10, 200} { // the second loads the chunk
+		if !d.read(1, off, e, lg.readAt) {
+			t.Fatal("read of chunk 0 failed")
+		}
 	}
 	deadline := time.Now().Add(waitTimeout)
 	for lg.readsAt(1<<20) == 0 || lg.readsAt(2<<20) == 0 {
