@@ -23,8 +23,8 @@ import (
 // recently used first, and the entry is copied out of it. Reads of
 // neighbouring entries (a catch-up reader's next entry, or another
 // partition's, interleaved in the same log) are then served from the
-// chunk: one disk read per chunk. The first use of a chunk reads the next
-// ones in the background, as the kernel reads ahead through the page
+// chunk: one disk read per chunk. A chunk read from a few times reads the
+// next ones in the background, as the kernel reads ahead through the page
 // cache. Large entries are read on their own (readSpan), and so is a
 // small one alone among them (aloneLocked): the chunks are for runs of
 // small entries.
@@ -45,9 +45,13 @@ const (
 	// diskSpanMin: entries of this many bytes or more are read on their
 	// own (readSpan), not through the chunks.
 	diskSpanMin = 64 << 10
-	// diskPrefetch is how many chunks after one first used are read in
-	// the background.
-	diskPrefetch = 2
+	// diskPrefetch is how many chunks after one read from are read in
+	// the background, once diskPrefetchAfter reads were served from it:
+	// a reader going through a run of small entries reads on, but a few
+	// small entries among large ones (the chunk loaded for them) are no
+	// run, and their next chunks would be read for nothing.
+	diskPrefetch      = 2
+	diskPrefetchAfter = 4
 	// diskBlock: O_DIRECT offsets, lengths and buffers are multiples of
 	// the logical block size; 4 KiB covers every disk in use.
 	diskBlock = 4096
@@ -94,7 +98,7 @@ type diskChunk struct {
 	loading  bool
 	refs     int    // readers copying out of buf
 	used     uint64 // d.tick when last used
-	used1    bool   // used since read: its successors were prefetched
+	uses     int    // reads served since it was read (diskPrefetchAfter)
 	mark     int64  // the log's mark when the read started
 	occupied bool   // key is in the index
 }
@@ -285,7 +289,7 @@ func putSpanBuf(b []byte) {
 // bytes, with a reference the caller drops; it waits for a chunk being
 // read, and reads one (again, if it was read short before the file grew)
 // into the least recently used buffer. nil: the chunk read failed or is
-// short of need. The first use of a chunk starts reads of the next ones
+// short of need. Its diskPrefetchAfter-th use starts reads of the next ones
 // (prefetchLocked).
 func (d *diskReads) chunkLocked(key chunkKey, need int64, readAt func(buf []byte, off int64) (int, error)) *diskChunk {
 	for {
@@ -318,13 +322,13 @@ func (d *diskReads) chunkLocked(key chunkKey, need int64, readAt func(buf []byte
 	}
 }
 
-// useLocked takes a reference to c for a read; the first one prefetches.
+// useLocked takes a reference to c for a read; the diskPrefetchAfter-th
+// one prefetches.
 func (d *diskReads) useLocked(c *diskChunk, readAt func(buf []byte, off int64) (int, error)) {
 	c.refs++
 	d.tick++
 	c.used = d.tick
-	if !c.used1 {
-		c.used1 = true
+	if c.uses++; c.uses == diskPrefetchAfter {
 		d.prefetchLocked(c.key, readAt)
 	}
 }
@@ -361,7 +365,7 @@ func (d *diskReads) startLoadLocked(c *diskChunk, key chunkKey) {
 	if c.buf == nil {
 		c.buf = fsutil.AlignedBuffer(diskChunkSize, diskBlock)
 	}
-	c.key, c.n, c.loading, c.occupied, c.used1 = key, 0, true, true, false
+	c.key, c.n, c.loading, c.occupied, c.uses = key, 0, true, true, 0
 	c.mark = d.marks[key.log]
 	d.index[key] = c
 	d.reads++

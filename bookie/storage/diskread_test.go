@@ -355,15 +355,26 @@ func TestDiskReadsChunkTrustsItsMark(t *testing.T) {
 	}
 }
 
-// The first read of a chunk starts reads of the next diskPrefetch ones,
-// wholly dropped, in the background; a reader going on finds them read.
+// The diskPrefetchAfter-th read from a chunk starts reads of the next
+// diskPrefetch ones, wholly dropped, in the background; a reader going on
+// finds them read.
 func TestDiskReadsPrefetch(t *testing.T) {
 	lg := newFakeLog(8 << 20)
 	d := newDiskReads(discardLogger)
 	d.setMark(1, 3<<20+diskChunkSize/2) // chunks 0 to 2 wholly dropped, 3 partly
 	e := make([]byte, 100)
-	for _, off := range []int64{10, 200} { // the second loads the chunk
-		if !d.read(1, off, e, lg.readAt) {
+	// The first entry is read alone, the second loads the chunk; the
+	// chunk's diskPrefetchAfter-th read prefetches.
+	for i := range diskPrefetchAfter + 1 {
+		if i == diskPrefetchAfter {
+			d.mu.Lock()
+			loads := d.reads // a prefetch counts when it starts
+			d.mu.Unlock()
+			if loads != 1 {
+				t.Fatalf("%d chunk loads after %d reads from chunk 0, want 1 (no prefetch yet)", loads, i-1)
+			}
+		}
+		if !d.read(1, int64(10+200*i), e, lg.readAt) {
 			t.Fatal("read of chunk 0 failed")
 		}
 	}
