@@ -30,5 +30,10 @@ args=(perf all --data-dir "$dir" --perf-write-doc docs/BENCHMARKS.md --log-level
 if [[ ${PROFILE:-} == 1 ]]; then
 	args+=(--perf-profile-dir bench-profiles)
 fi
-log "bin/magnetar ${args[*]} $*"
+# The clients in perf all's own process give freed memory back with
+# MADV_FREE: with Go's default their page faults, on a virtual machine
+# whose host backs memory lazily, pace every consume (design note 0010).
+# perf all starts the standalone and the no-op brokers with Go's default.
+export GODEBUG="${GODEBUG:+$GODEBUG,}madvdontneed=0"
+log "GODEBUG=$GODEBUG bin/magnetar ${args[*]} $*"
 bin/magnetar "${args[@]}" "$@" 2>&1 | tee bench-all.out

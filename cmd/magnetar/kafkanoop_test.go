@@ -313,7 +313,7 @@ func TestPerfNoopBroker(t *testing.T) {
 	dir := t.TempDir()
 	var logs syncBuffer
 	c, err := startChild(ctx, exe, []string{"perf", "noop-broker", "--perf-noop-protocol", "kafka", "--perf-noop-store-dir", dir,
-		"--perf-noop-entry-log", "--log-format", "json"}, "durable no-op kafka", "magnetar perf noop-broker ready", &logs)
+		"--perf-noop-entry-log", "--log-format", "json"}, goDefaultFree, "durable no-op kafka", "magnetar perf noop-broker ready", &logs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func TestPerfKFakeBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var logs syncBuffer
-	c, err := startChild(ctx, exe, []string{"perf", "kfake-broker", "--log-format", "json"}, "kfake", "magnetar perf kfake-broker ready", &logs)
+	c, err := startChild(ctx, exe, []string{"perf", "kfake-broker", "--log-format", "json"}, lazyFree, "kfake", "magnetar perf kfake-broker ready", &logs)
 	if err != nil {
 		t.Fatal(err)
 	}

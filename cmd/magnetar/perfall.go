@@ -411,6 +411,7 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	}
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(out, "scratch directory %s (removed at the end)%s\n", dir, describeRoom(dir))
+	fmt.Fprintln(out, clientFreeNote(freesLazily(os.Environ())))
 
 	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, noop: benchFigures{}, noopDurable: benchFigures{}, noopKafka: benchFigures{}, noopKafkaTwice: benchFigures{}}
 	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout, steal: newStealLog(), scratch: dir}
@@ -1038,7 +1039,7 @@ func (b *benchRun) runKFake(ctx context.Context, exe string, logs io.Writer, fig
 	}
 	fmt.Fprintln(b.out, "\n[kfake] starting `magnetar perf kfake-broker`, a kfake cluster (1 broker, in memory) in a process of its own")
 	c, err := startChild(ctx, exe, []string{"perf", "kfake-broker", "--log-format", "json", "--log-level", "info"},
-		"kfake", "magnetar perf kfake-broker ready", logs)
+		lazyFree, "kfake", "magnetar perf kfake-broker ready", logs)
 	if err != nil {
 		return err
 	}
@@ -1147,7 +1148,7 @@ func startDurableNoop(ctx context.Context, exe, name, protocol string, twice boo
 	}
 	return startChild(ctx, exe, []string{"perf", "noop-broker", "--perf-noop-protocol", protocol, "--perf-noop-store-dir", dir,
 		"--perf-noop-entry-log=" + strconv.FormatBool(twice),
-		"--log-format", "json", "--log-level", "info"}, name, "magnetar perf noop-broker ready", logs)
+		"--log-format", "json", "--log-level", "info"}, goDefaultFree, name, "magnetar perf noop-broker ready", logs)
 }
 
 // stopStandalone stops sa at the end of a phase whose error is *err: an
@@ -1234,6 +1235,78 @@ func (b *benchRun) removeData(dir string) error {
 	return nil
 }
 
+// How a process perf all starts gives freed memory back to the system
+// (GODEBUG madvdontneed, read by Go's runtime at start only). With Go's
+// default, MADV_DONTNEED, a page the runtime gives back and takes again
+// is a new page; on a virtual machine whose host backs guest memory
+// lazily each costs the host's first touch. A Kafka consumer allocating a
+// response buffer per fetch faulted in 2.3 GB of pages for every 4.4 GB it
+// read, its kernel time as large as its own work, and every consume
+// ran at the client's pace (BENCHMARKS.md, "Twenty-ninth look"). With
+// MADV_FREE (madvdontneed=0) the pages stay until the system needs them.
+// So the benchmark's own process (the client; scripts/bench.sh sets it)
+// and kfake (the peer, at its best) run with MADV_FREE, and the brokers
+// measured against them, the standalone and the no-op brokers, with Go's
+// default, as they run when users start them.
+const (
+	goDefaultFree = ""  // madvdontneed as Go's default (the setting removed)
+	lazyFree      = "0" // madvdontneed=0: MADV_FREE
+)
+
+// childEnv is the environment of a child of perf all: environ without
+// MAGNETAR_* (the child runs with its defaults) and with GODEBUG's
+// madvdontneed set to madvdontneed ("" removes it: Go's default), its
+// other settings kept.
+func childEnv(environ []string, madvdontneed string) []string {
+	var env, debug []string
+	for _, kv := range environ {
+		switch {
+		case strings.HasPrefix(kv, envPrefix):
+		case strings.HasPrefix(kv, "GODEBUG="):
+			for f := range strings.SplitSeq(strings.TrimPrefix(kv, "GODEBUG="), ",") {
+				if f != "" && !strings.HasPrefix(f, "madvdontneed=") {
+					debug = append(debug, f)
+				}
+			}
+		default:
+			env = append(env, kv)
+		}
+	}
+	if madvdontneed != "" {
+		debug = append(debug, "madvdontneed="+madvdontneed)
+	}
+	if len(debug) > 0 {
+		env = append(env, "GODEBUG="+strings.Join(debug, ","))
+	}
+	return env
+}
+
+// clientFreeNote says how the benchmark's process, the clients, gives
+// freed memory back, lazy being freesLazily of its environment.
+func clientFreeNote(lazy bool) string {
+	if lazy {
+		return "The clients, in the benchmark's process, run with GODEBUG madvdontneed=0 (as scripts/bench.sh starts it), so that their page faults do not pace the consumes; the standalone and the no-op brokers with Go's default."
+	}
+	return "The clients, in the benchmark's process, run with Go's default madvdontneed (not started by scripts/bench.sh, which sets madvdontneed=0): on a virtual machine whose host backs memory lazily their page faults pace every consume, so the consume figures are the client's more than the brokers'."
+}
+
+// freesLazily reports whether GODEBUG (a process's, as in environ) has
+// the runtime give freed memory back with MADV_FREE: its last
+// madvdontneed setting is 0.
+func freesLazily(environ []string) bool {
+	lazy := false
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			for f := range strings.SplitSeq(v, ",") {
+				if n, ok := strings.CutPrefix(f, "madvdontneed="); ok {
+					lazy = n == "0"
+				}
+			}
+		}
+	}
+	return lazy
+}
+
 // startStandaloneChild starts exe as `magnetar standalone` with data in
 // dataDir on free loopback ports (and pprof on one if withPprof), with
 // the flags of extra after its own, and waits for its ready line. Its log
@@ -1247,7 +1320,7 @@ func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bo
 		args = append(args, "--pprof-listen", "127.0.0.1:0")
 	}
 	args = append(args, extra...)
-	c, err := startChild(ctx, exe, args, "standalone", "magnetar standalone ready", logs)
+	c, err := startChild(ctx, exe, args, goDefaultFree, "standalone", "magnetar standalone ready", logs)
 	if err != nil {
 		return nil, err
 	}
@@ -1258,17 +1331,13 @@ func startStandaloneChild(ctx context.Context, exe, dataDir string, withPprof bo
 	return c, nil
 }
 
-// startChild starts exe with args, with no MAGNETAR_* environment (the
-// child runs with its defaults), and waits for its JSON log line whose
-// message is readyMsg. Its log lines of level WARN and above go to logs,
-// prefixed with what. The caller must call stop.
-func startChild(ctx context.Context, exe string, args []string, what, readyMsg string, logs io.Writer) (*standaloneChild, error) {
+// startChild starts exe with args, with the environment childEnv gives
+// (madvdontneed as there), and waits for its JSON log line whose message
+// is readyMsg. Its log lines of level WARN and above go to logs, prefixed
+// with what. The caller must call stop.
+func startChild(ctx context.Context, exe string, args []string, madvdontneed, what, readyMsg string, logs io.Writer) (*standaloneChild, error) {
 	cmd := exec.Command(exe, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envPrefix) {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd.Env = childEnv(os.Environ(), madvdontneed)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -2829,7 +2898,8 @@ func docSection(cfg perfAllConfig, dataDir string, t, rounds, steal *table) stri
 	}
 	sb.WriteString(`Magnetar is ` + "`magnetar standalone`" + ` with ` + settings + `, a child process on
 loopback; kfake is franz-go's in-memory fake Kafka, a child process too
-(` + "`magnetar perf kfake-broker`" + `).
+(` + "`magnetar perf kfake-broker`" + `, with GOGC 10 and GODEBUG madvdontneed=0: its steady state, not its
+heap's growth into new pages). ` + clientFreeNote(freesLazily(os.Environ())) + `
 Kafka loads: franz-go, acks all, idempotent, 1 KiB records; produce is a
 closed loop, consume reads the 4-partition topic from the start (cold, then
 warm), publish latency is an open loop at the rate with no linger (timed

@@ -369,6 +369,42 @@ func TestFullDiskNote(t *testing.T) {
 	}
 }
 
+// A child of perf all gets this process's environment without MAGNETAR_*
+// variables, and GODEBUG's madvdontneed as asked, the other GODEBUG
+// settings kept.
+func TestChildEnv(t *testing.T) {
+	for _, tc := range []struct {
+		environ      []string
+		madvdontneed string
+		want         []string
+	}{
+		{[]string{"PATH=/bin", "MAGNETAR_DATA_DIR=/x"}, goDefaultFree, []string{"PATH=/bin"}},
+		{[]string{"PATH=/bin"}, lazyFree, []string{"PATH=/bin", "GODEBUG=madvdontneed=0"}},
+		{[]string{"GODEBUG=madvdontneed=0"}, goDefaultFree, nil},
+		{[]string{"GODEBUG=gctrace=1,madvdontneed=1,x=2", "HOME=/h"}, lazyFree, []string{"HOME=/h", "GODEBUG=gctrace=1,x=2,madvdontneed=0"}},
+		{[]string{"GODEBUG=gctrace=1,madvdontneed=0"}, goDefaultFree, []string{"GODEBUG=gctrace=1"}},
+	} {
+		if got := childEnv(tc.environ, tc.madvdontneed); !slices.Equal(got, tc.want) {
+			t.Errorf("childEnv(%q, %q) = %q, want %q", tc.environ, tc.madvdontneed, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		environ []string
+		want    bool
+	}{
+		{nil, false},
+		{[]string{"GODEBUG=madvdontneed=0"}, true},
+		{[]string{"GODEBUG=gctrace=1,madvdontneed=0"}, true},
+		{[]string{"GODEBUG=madvdontneed=0,madvdontneed=1"}, false}, // the last one counts, as for Go
+		{[]string{"GODEBUG=madvdontneed=1"}, false},
+		{[]string{"XGODEBUG=madvdontneed=0"}, false},
+	} {
+		if got := freesLazily(tc.environ); got != tc.want {
+			t.Errorf("freesLazily(%q) = %t, want %t", tc.environ, got, tc.want)
+		}
+	}
+}
+
 func TestPerfAllUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
