@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
 // fakeLog is a log's bytes for diskReads.read, counting the chunk reads
@@ -297,8 +300,10 @@ func TestDiskReadsSmallAlone(t *testing.T) {
 	}
 }
 
-// Span buffers come in powers of two from 64 KiB, aligned, and are
-// recycled by size class; larger ones are not pooled.
+// Span buffers are whole huge pages, 2 MiB-aligned, reused once given
+// back, within spanKeep; where huge pages cannot be mapped (not Linux),
+// heap buffers in powers of two from 64 KiB, aligned, recycled by size
+// class, larger ones not pooled.
 func TestSpanBufs(t *testing.T) {
 	for _, tc := range []struct{ n, class, size int }{
 		{diskBlock, 0, 1 << 16},
@@ -311,16 +316,35 @@ func TestSpanBufs(t *testing.T) {
 			t.Errorf("spanClass(%d) = %d, %d; want %d, %d", tc.n, c, size, tc.class, tc.size)
 		}
 	}
+	huge := runtime.GOOS == "linux"
+	align, size := uintptr(diskBlock), 1<<16
+	if huge {
+		align, size = fsutil.HugePageSize, fsutil.HugePageSize
+	}
 	b := getSpanBuf(3 * diskBlock)
-	if len(b) != 3*diskBlock || cap(b) != 1<<16 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%diskBlock != 0 {
-		t.Fatalf("getSpanBuf(%d): len %d, cap %d, or unaligned", 3*diskBlock, len(b), cap(b))
+	if len(b) != 3*diskBlock || cap(b) != size || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%align != 0 || fsutil.IsHugeBuffer(b) != huge {
+		t.Fatalf("getSpanBuf(%d): len %d, cap %d, huge %t, or not %d-aligned", 3*diskBlock, len(b), cap(b), fsutil.IsHugeBuffer(b), align)
+	}
+	for i := range b {
+		b[i] = byte(i)
 	}
 	putSpanBuf(b)
-	big := getSpanBuf(1<<26 + diskBlock)
-	if len(big) != 1<<26+diskBlock || uintptr(unsafe.Pointer(unsafe.SliceData(big)))%diskBlock != 0 {
-		t.Fatal("an unpooled span buffer is the wrong size or unaligned")
+	if huge {
+		again := getSpanBuf(5 * diskBlock)
+		if unsafe.SliceData(again) != unsafe.SliceData(b) {
+			t.Error("a huge span buffer given back was not reused")
+		}
+		putSpanBuf(again)
 	}
-	putSpanBuf(big) // not pooled: dropped
+	big := getSpanBuf(1<<26 + diskBlock)
+	if len(big) != 1<<26+diskBlock || uintptr(unsafe.Pointer(unsafe.SliceData(big)))%align != 0 {
+		t.Fatal("a large span buffer is the wrong size or unaligned")
+	}
+	big[len(big)-1] = 1
+	putSpanBuf(big) // more than spanKeep: unmapped (or, on the heap, not pooled)
+	if fsutil.IsHugeBuffer(big) {
+		t.Error("a huge span buffer larger than spanKeep was kept")
+	}
 }
 
 // A chunk trusts only the bytes below its log's mark when its read

@@ -4,6 +4,7 @@
 package fsutil
 
 import (
+	"sync"
 	"time"
 	"unsafe"
 
@@ -79,6 +80,24 @@ func (g Gradual) DeleteGradually(fs vfs.FS, path string, stop <-chan struct{}) (
 	}
 	return false, fs.Remove(path)
 }
+
+// HugePageSize is the size of a transparent huge page on the machines the
+// bookie runs on (x86-64 and arm64 with 4 KiB base pages), and
+// HugeBuffer's alignment.
+//
+// O_DIRECT reads into memory backed by huge pages were twice as fast on
+// the benchmark machine (a Firecracker virtual machine, whose block
+// device takes a request's memory page by page): 640 KiB reads from four
+// places at once read 1.6-1.9 GB/s into 4 KiB pages, 3.9 GB/s into huge
+// pages (docs/BENCHMARKS.md, "Twenty-ninth look").
+const HugePageSize = 2 << 20
+
+// hugeMaps holds the mappings of the buffers HugeBuffer returned, by
+// their first byte.
+var hugeMaps = struct {
+	sync.Mutex
+	m map[*byte][]byte
+}{m: map[*byte][]byte{}}
 
 // AlignedBuffer returns at least n bytes, a whole number of align-byte
 // blocks, whose first byte's address is a multiple of align (a power of
