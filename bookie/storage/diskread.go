@@ -178,13 +178,11 @@ func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte
 	}
 	end := off + int64(len(e))
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.aloneLocked(chunkKey{log, off &^ (diskChunkSize - 1)}) {
 		d.mu.Unlock()
-		ok = d.readSpan(off, e, readAt)
-		d.mu.Lock()
-		return ok
+		return d.readSpan(off, e, readAt)
 	}
+	defer d.mu.Unlock()
 	for pos := off; pos < end; {
 		start := pos &^ (diskChunkSize - 1)
 		to := min(end, start+diskChunkSize)

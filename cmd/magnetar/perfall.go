@@ -2898,7 +2898,7 @@ func docSection(cfg perfAllConfig, dataDir string, t, rounds, steal *table) stri
 	}
 	sb.WriteString(`Magnetar is ` + "`magnetar standalone`" + ` with ` + settings + `, a child process on
 loopback; kfake is franz-go's in-memory fake Kafka, a child process too
-(` + "`magnetar perf kfake-broker`" + `, with GOGC 10 and GODEBUG madvdontneed=0: its steady state, not its
+(` + "`magnetar perf kfake-broker`" + `, with GOGC ` + strconv.Itoa(kfakeGCPercent) + ` and GODEBUG madvdontneed=` + lazyFree + `: its steady state, not its
 heap's growth into new pages). ` + clientFreeNote(freesLazily(os.Environ())) + `
 Kafka loads: franz-go, acks all, idempotent, 1 KiB records; produce is a
 closed loop, consume reads the 4-partition topic from the start (cold, then
