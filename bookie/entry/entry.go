@@ -112,16 +112,50 @@ func Parse(b []byte) (Header, error) {
 
 // Verify decodes the header of b and checks its checksum.
 func Verify(b []byte) (Header, error) {
+	if h, err := Parse(b); err != nil {
+		return h, err
+	}
+	return VerifySum(b, crc32.Update(crc32.Checksum(b[:32], castagnoli), castagnoli, b[HeaderSize:]))
+}
+
+// VerifySum is Verify with b's checksum computed already (by
+// CopyChecksum): it decodes the header and compares sum with the
+// checksum b carries.
+func VerifySum(b []byte, sum uint32) (Header, error) {
 	h, err := Parse(b)
 	if err != nil {
 		return h, err
 	}
-	want := binary.BigEndian.Uint32(b[32:])
-	got := crc32.Update(crc32.Checksum(b[:32], castagnoli), castagnoli, b[HeaderSize:])
-	if got != want {
-		return h, fmt.Errorf("%w: ledger %d entry %d: computed %08x, stored %08x", ErrChecksum, h.Ledger, h.Entry, got, want)
+	if want := binary.BigEndian.Uint32(b[32:]); sum != want {
+		return h, fmt.Errorf("%w: ledger %d entry %d: computed %08x, stored %08x", ErrChecksum, h.Ledger, h.Entry, sum, want)
 	}
 	return h, nil
+}
+
+// copyPiece is how much CopyChecksum copies before it checksums it: the
+// bytes are then in the CPU's nearest caches, where the checksum goes
+// several times faster than over memory (design note 0010).
+const copyPiece = 64 << 10
+
+// CopyChecksum copies src into dst (as copy does) and returns the
+// checksum of the entry dst then holds, as Verify computes it, for
+// VerifySum: copying and checking a piece at a time reads the bytes from
+// memory once. src of fewer than HeaderSize bytes is copied, and its sum
+// is 0 (VerifySum then finds it malformed).
+func CopyChecksum(dst, src []byte) uint32 {
+	n := min(len(dst), len(src))
+	if n < HeaderSize {
+		copy(dst, src)
+		return 0
+	}
+	copy(dst[:HeaderSize], src)
+	sum := crc32.Checksum(dst[:32], castagnoli)
+	for off := HeaderSize; off < n; off += copyPiece {
+		end := min(off+copyPiece, n)
+		copy(dst[off:end], src[off:end])
+		sum = crc32.Update(sum, castagnoli, dst[off:end])
+	}
+	return sum
 }
 
 // PayloadChecksum returns the CRC-32C of b's payload alone (b[HeaderSize:])

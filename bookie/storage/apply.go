@@ -314,6 +314,7 @@ func (s *Storage) publish(reqs []applyReq, res []applyResult) {
 				out.st.rec, out.st.persisted = out.rec, true
 				out.st.notifyLocked()
 				delete(s.ledgers, r.ledger) // a tombstone needs no memory: lookups read the index
+				s.locs.forget(r.ledger)     // committed: a later lookup finds no entry
 			}
 		}
 	}

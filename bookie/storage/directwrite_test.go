@@ -512,7 +512,7 @@ func TestDirectEntryLogAwaitWriteUnlocked(t *testing.T) {
 		read := make(chan error, 1)
 		go func() {
 			for i, loc := range locs {
-				e, err := l.read(loc)
+				e, _, _, err := l.read(loc)
 				if err == nil && !bytes.Equal(e, mkEntry(1, int64(i), int64(i)-1, size)) {
 					err = errors.New("not the entry appended")
 				}

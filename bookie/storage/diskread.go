@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/magnetar-io/magnetar/bookie/entry"
 	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
@@ -171,8 +172,11 @@ func (d *diskReads) turnOffLocked(why string) {
 // read), unless it is alone in a chunk not held (aloneLocked): then on
 // its own too. ok is false if the bytes are not all read (past the end of the
 // file, or a read error): the caller reads them through the page cache
-// instead, which reports what is wrong.
-func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) (ok bool) {
+// instead, which reports what is wrong. A read on its own copies e out a
+// piece at a time, checksumming each piece as it lands: if summed, sum is
+// the checksum of the entry in e (entry.CopyChecksum), for
+// entry.VerifySum.
+func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) (ok bool, sum uint32, summed bool) {
 	if len(e) >= diskSpanMin {
 		return d.readSpan(off, e, readAt)
 	}
@@ -188,7 +192,7 @@ func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte
 		to := min(end, start+diskChunkSize)
 		c := d.chunkLocked(chunkKey{log, start}, to-start, readAt)
 		if c == nil {
-			return false
+			return false, 0, false
 		}
 		d.mu.Unlock()
 		copy(e[pos-off:], c.buf[pos-start:to-start])
@@ -197,7 +201,7 @@ func (d *diskReads) read(log uint64, off int64, e []byte, readAt func(buf []byte
 		d.cond.Broadcast()
 		pos = to
 	}
-	return true
+	return true, 0, false
 }
 
 // aloneLocked reports whether a small entry in the chunk at key is to be
@@ -222,12 +226,14 @@ func (d *diskReads) aloneLocked(key chunkKey) bool {
 }
 
 // readSpan reads e at off with one O_DIRECT read of the blocks holding
-// it, into a recycled aligned buffer, and copies it out. A large entry is
+// it, into a recycled aligned buffer, and copies it out, checksumming it
+// on the way (entry.CopyChecksum: the bytes the disk put in memory are
+// read once, where a copy then a check read them twice). A large entry is
 // read whole by whoever wants it: through the chunks, the entries of
 // several partitions interleaved in a log would each hold a chunk for
 // their reader, and catching-up readers far apart (each with its reads
 // ahead) would evict one another's chunks before they are used.
-func (d *diskReads) readSpan(off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) bool {
+func (d *diskReads) readSpan(off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) (ok bool, sum uint32, summed bool) {
 	from := off &^ (diskBlock - 1)
 	to := (off + int64(len(e)) + diskBlock - 1) &^ (diskBlock - 1)
 	buf := getSpanBuf(int(to - from))
@@ -238,10 +244,9 @@ func (d *diskReads) readSpan(off int64, e []byte, readAt func(buf []byte, off in
 		d.turnOff("O_DIRECT read: " + err.Error())
 	}
 	if int64(n) < off-from+int64(len(e)) {
-		return false
+		return false, 0, false
 	}
-	copy(e, buf[off-from:])
-	return true
+	return true, entry.CopyChecksum(e, buf[off-from:]), true
 }
 
 // Span buffers are whole huge pages (fsutil.HugeBuffer): the disk read

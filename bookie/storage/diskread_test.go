@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"errors"
+	"hash/crc32"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/magnetar-io/magnetar/bookie/entry"
 	"github.com/magnetar-io/magnetar/bookie/internal/fsutil"
 )
 
@@ -105,7 +107,7 @@ func TestDiskReads(t *testing.T) {
 	read := func(off, n int64) bool {
 		t.Helper()
 		e := make([]byte, n)
-		ok := d.read(1, off, e, lg.readAt)
+		ok := readOK(d, 1, off, e, lg.readAt)
 		if ok && !bytes.Equal(e, lg.data[off:off+n]) {
 			t.Fatalf("read [%d, +%d): wrong bytes", off, n)
 		}
@@ -154,11 +156,11 @@ func TestDiskReads(t *testing.T) {
 	other.fail.Store(true)
 	d.setMark(2, 1<<20)
 	e := make([]byte, 100)
-	if d.read(2, 1000, e, other.readAt) {
+	if readOK(d, 2, 1000, e, other.readAt) {
 		t.Error("a read whose chunk read failed was served")
 	}
 	other.fail.Store(false)
-	if !d.read(2, 1000, e, other.readAt) || !bytes.Equal(e, other.data[1000:1100]) {
+	if !readOK(d, 2, 1000, e, other.readAt) || !bytes.Equal(e, other.data[1000:1100]) {
 		t.Error("a read after a failed chunk read was not served, or wrong")
 	}
 	if got := other.reads.Load(); got != 2 {
@@ -214,11 +216,18 @@ func TestDiskReadsSpan(t *testing.T) {
 		}
 		reads, spans, chunks := lg.reads.Load(), d.spanReads.Load(), d.reads
 		e := make([]byte, tc.n)
-		if !d.read(1, tc.off, e, lg.readAt) {
+		ok, sum, summed := d.read(1, tc.off, e, lg.readAt)
+		if !ok {
 			t.Fatalf("span read [%d, +%d) failed", tc.off, tc.n)
 		}
 		if !bytes.Equal(e, lg.data[tc.off:tc.off+tc.n]) {
 			t.Fatalf("span read [%d, +%d): wrong bytes", tc.off, tc.n)
+		}
+		// The sum of the bytes as an entry's (the stored checksum's four
+		// bytes left out), taken as they were copied.
+		want := crc32.Update(crc32.Checksum(e[:32], crc32.MakeTable(crc32.Castagnoli)), crc32.MakeTable(crc32.Castagnoli), e[entry.HeaderSize:])
+		if !summed || sum != want {
+			t.Fatalf("span read [%d, +%d): sum %08x (summed %t), want %08x", tc.off, tc.n, sum, summed, want)
 		}
 		if r, sp, c := lg.reads.Load()-reads, d.spanReads.Load()-spans, d.reads-chunks; r != 1 || sp != 1 || c != 0 {
 			t.Fatalf("[%d, +%d): %d reads, %d span reads, %d chunk reads; want 1, 1, 0", tc.off, tc.n, r, sp, c)
@@ -229,7 +238,7 @@ func TestDiskReadsSpan(t *testing.T) {
 	e := make([]byte, diskSpanMin-1)
 	for i, off := range []int{100, 100 + diskSpanMin} {
 		spans, chunks := d.spanReads.Load(), d.reads
-		if !d.read(1, int64(off), e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+len(e)]) {
+		if !readOK(d, 1, int64(off), e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+len(e)]) {
 			t.Fatalf("a read just under diskSpanMin at %d failed or is wrong", off)
 		}
 		if sp, c := d.spanReads.Load()-spans, d.reads-chunks; (sp == 1) != (i == 0) || (c > 0) != (i == 1) {
@@ -237,11 +246,11 @@ func TestDiskReadsSpan(t *testing.T) {
 		}
 	}
 	d.setMark(1, 1<<40)
-	if d.read(1, size-diskSpanMin+1, make([]byte, diskSpanMin), lg.readAt) {
+	if readOK(d, 1, size-diskSpanMin+1, make([]byte, diskSpanMin), lg.readAt) {
 		t.Error("a span read past the end of the log was served")
 	}
 	lg.fail.Store(true)
-	if d.read(1, 0, make([]byte, diskSpanMin), lg.readAt) {
+	if readOK(d, 1, 0, make([]byte, diskSpanMin), lg.readAt) {
 		t.Error("a failed span read was served")
 	}
 }
@@ -272,7 +281,7 @@ func TestDiskReadsSmallAlone(t *testing.T) {
 			break
 		}
 		e := make([]byte, n)
-		if !d.read(1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+n]) {
+		if !readOK(d, 1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+n]) {
 			t.Fatalf("read [%d, +%d) failed or is wrong", off, n)
 		}
 		if n < diskSpanMin {
@@ -291,7 +300,7 @@ func TestDiskReadsSmallAlone(t *testing.T) {
 	e := make([]byte, 100)
 	for i, off := range []int64{15 << 20, 15<<20 + 4096} {
 		before := d.reads
-		if !d.read(1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+100]) {
+		if !readOK(d, 1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+100]) {
 			t.Fatalf("read at %d failed or is wrong", off)
 		}
 		if loaded := d.reads > before; loaded != (i == 1) {
@@ -355,7 +364,7 @@ func TestDiskReadsChunkTrustsItsMark(t *testing.T) {
 	d := newDiskReads(discardLogger)
 	d.setMark(1, 2*diskBlock)
 	e := make([]byte, 100)
-	if !d.read(1, 0, e, lg.readAt) {
+	if !readOK(d, 1, 0, e, lg.readAt) {
 		t.Fatal("read below the mark failed")
 	}
 	// The block after the mark was padding when the chunk was read; a
@@ -368,7 +377,7 @@ func TestDiskReadsChunkTrustsItsMark(t *testing.T) {
 	if !d.wanted(1, off, 100) {
 		t.Fatal("bytes below the new mark not wanted")
 	}
-	if !d.read(1, off, e, lg.readAt) {
+	if !readOK(d, 1, off, e, lg.readAt) {
 		t.Fatal("read below the new mark failed")
 	}
 	if !bytes.Equal(e, lg.data[off:off+100]) {
@@ -398,7 +407,7 @@ func TestDiskReadsPrefetch(t *testing.T) {
 				t.Fatalf("%d chunk loads after %d reads from chunk 0, want 1 (no prefetch yet)", loads, i-1)
 			}
 		}
-		if !d.read(1, int64(10+200*i), e, lg.readAt) {
+		if !readOK(d, 1, int64(10+200*i), e, lg.readAt) {
 			t.Fatal("read of chunk 0 failed")
 		}
 	}
@@ -410,7 +419,7 @@ func TestDiskReadsPrefetch(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for _, off := range []int64{1<<20 + 10, 2<<20 + 10} {
-		if !d.read(1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+100]) {
+		if !readOK(d, 1, off, e, lg.readAt) || !bytes.Equal(e, lg.data[off:off+100]) {
 			t.Fatalf("read at %d failed or wrong", off)
 		}
 	}
@@ -428,7 +437,7 @@ func TestDiskReadsRefused(t *testing.T) {
 	lg.inval.Store(true)
 	d.setMark(1, 4<<20)
 	e := make([]byte, 100)
-	if d.read(1, 0, e, lg.readAt) {
+	if readOK(d, 1, 0, e, lg.readAt) {
 		t.Fatal("a read refused with EINVAL was served")
 	}
 	if d.wanted(1, 0, 100) {
@@ -467,7 +476,7 @@ func TestDiskReadsConcurrent(t *testing.T) {
 				n := 1 + r.Int64N(64<<10)
 				off := r.Int64N(int64(len(logs[id].data)) - n)
 				e := make([]byte, n)
-				if !d.read(uint64(id), off, e, logs[id].readAt) || !bytes.Equal(e, logs[id].data[off:off+n]) {
+				if !readOK(d, uint64(id), off, e, logs[id].readAt) || !bytes.Equal(e, logs[id].data[off:off+n]) {
 					bad.Add(1)
 				}
 			}
@@ -505,4 +514,63 @@ func TestDiskReadsFallBack(t *testing.T) {
 		t.Fatalf("disk reads off %t after %d chunk reads, want off after none", off, reads)
 	}
 	warnings(1)
+}
+
+// readOK is d.read's ok.
+func readOK(d *diskReads, log uint64, off int64, e []byte, readAt func(buf []byte, off int64) (int, error)) bool {
+	ok, _, _ := d.read(log, off, e, readAt)
+	return ok
+}
+
+// A large entry read from the disk on its own is checked as it is copied
+// out (entry.CopyChecksum, entry.VerifySum): read back whole, and a byte
+// changed in the file is a CorruptionError for its checksum.
+func TestDiskSpanReadChecked(t *testing.T) {
+	s := openT(t, directOptions(t, 256<<10, 64<<20))
+	defer closeT(t, s)
+	const size, n = 100 << 10, 8
+	for e := range int64(2 * n) { // the last ones in the write buffer
+		mustAdd(t, s, 1, e, e-1, size)
+	}
+	if err := s.Checkpoint(); err != nil { // the log's writes are in the file
+		t.Fatal(err)
+	}
+	spans := s.logs.disk.spanReads.Load()
+	for e := range int64(n) {
+		checkEntry(t, s, 1, e, size)
+	}
+	if got := s.logs.disk.spanReads.Load() - spans; got != n {
+		t.Fatalf("%d of %d entries of %d bytes read from the disk on their own: the test reads nothing it means to", got, n, size)
+	}
+
+	loc, ok, err := s.idx.location(1, 3)
+	if err != nil || !ok {
+		t.Fatalf("location of entry 3: %v, %v", ok, err)
+	}
+	f, err := os.OpenFile(s.logs.path(loc.log), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	at := loc.offset + entry.HeaderSize + size/2
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x20
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	spans = s.logs.disk.spanReads.Load()
+	_, err = s.ReadEntry(1, 3)
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || !errors.Is(err, entry.ErrChecksum) {
+		t.Fatalf("read of the changed entry: %v, want a CorruptionError for its checksum", err)
+	}
+	if s.logs.disk.spanReads.Load() == spans {
+		t.Fatal("the changed entry was not read from the disk on its own")
+	}
+	checkEntry(t, s, 1, 4, size)
 }

@@ -151,16 +151,16 @@ func (r *logReader) close() {
 	}
 }
 
-// directFile is the log (at path) opened for O_DIRECT reads, or nil if it
+// directFile is log id (of l) opened for O_DIRECT reads, or nil if it
 // cannot be: not an operating-system file, or O_DIRECT refused, which
 // turns disk reads off for good (logged once).
-func (r *logReader) directFile(l *entryLogs, path string) *os.File {
+func (r *logReader) directFile(l *entryLogs, id uint64) *os.File {
 	r.directOnce.Do(func() {
 		if r.f.Fd() == vfs.InvalidFd {
 			l.disk.turnOff("the storage's files are not operating-system files")
 			return
 		}
-		f, err := openDirectRead(path)
+		f, err := openDirectRead(l.path(id))
 		if err != nil {
 			l.disk.turnOff(err.Error())
 			return
@@ -572,9 +572,10 @@ func (l *entryLogs) failure() error {
 // from the file is read without it (the caller verifies the entry's
 // checksum and header, which catch an index pointing anywhere else). A
 // missing log is errLogGone; bytes missing or disagreeing with the index
-// are a *CorruptionError.
-func (l *entryLogs) read(loc location) ([]byte, error) {
-	e := entry.NewReadBuf(int(loc.size))
+// are a *CorruptionError. If summed, sum is the entry's checksum computed
+// as it was read (entry.VerifySum).
+func (l *entryLogs) read(loc location) (e []byte, sum uint32, summed bool, err error) {
+	e = entry.NewReadBuf(int(loc.size))
 	start := loc.offset - recordPrefixSize
 
 	l.mu.Lock()
@@ -582,37 +583,39 @@ func (l *entryLogs) read(loc location) ([]byte, error) {
 		if buf, from, ok := w.held(start); ok {
 			if from+recordPrefixSize+int64(len(e)) > int64(len(buf)) {
 				l.mu.Unlock()
-				return nil, corruptf(w.path, start, "record of %d bytes past the end of the log (%d bytes)", recordPrefixSize+len(e), w.size())
+				return nil, 0, false, corruptf(w.path, start, "record of %d bytes past the end of the log (%d bytes)", recordPrefixSize+len(e), w.size())
 			}
 			if got := binary.BigEndian.Uint32(buf[from:]); got != loc.size {
 				l.mu.Unlock()
-				return nil, corruptf(w.path, start, "record length %d, index says %d", got, loc.size)
+				return nil, 0, false, corruptf(w.path, start, "record length %d, index says %d", got, loc.size)
 			}
 			copy(e, buf[from+recordPrefixSize:])
 			l.mu.Unlock()
-			return e, nil
+			return e, 0, false, nil
 		}
 	}
 	l.mu.Unlock()
 	r, err := l.acquire(loc.log)
 	if err != nil {
-		return nil, err
+		return nil, 0, false, err
 	}
 	if l.disk.wanted(loc.log, loc.offset, int64(len(e))) {
-		if f := r.directFile(l, l.path(loc.log)); f != nil && l.disk.read(loc.log, loc.offset, e, f.ReadAt) {
-			l.release(loc.log, r)
-			return e, nil
+		if f := r.directFile(l, loc.log); f != nil {
+			if ok, sum, summed := l.disk.read(loc.log, loc.offset, e, f.ReadAt); ok {
+				l.release(loc.log, r)
+				return e, sum, summed, nil
+			}
 		}
 	}
 	n, err := r.f.ReadAt(e, loc.offset)
 	l.release(loc.log, r)
 	if n < len(e) {
 		if err == nil || err == io.EOF {
-			return nil, corruptf(l.path(loc.log), start, "short log: read %d of the entry's %d bytes at %d", n, len(e), loc.offset)
+			return nil, 0, false, corruptf(l.path(loc.log), start, "short log: read %d of the entry's %d bytes at %d", n, len(e), loc.offset)
 		}
-		return nil, fmt.Errorf("storage: read entry log %s at %d: %w", l.path(loc.log), start, err)
+		return nil, 0, false, fmt.Errorf("storage: read entry log %s at %d: %w", l.path(loc.log), start, err)
 	}
-	return e, nil
+	return e, 0, false, nil
 }
 
 func (l *entryLogs) acquire(id uint64) (*logReader, error) {

@@ -74,6 +74,10 @@ type Storage struct {
 	diskMu sync.Mutex
 	disk   diskState
 
+	// locs keeps runs of entry locations for readers going through a
+	// ledger (locruns.go).
+	locs locRuns
+
 	ledgersMu sync.Mutex
 	ledgers   map[int64]*ledgerState
 	// pendingFences and pendingDeletes count, by ledger, the fences and
@@ -358,7 +362,8 @@ func (s *Storage) ReadEntry(ledger, entryID int64) ([]byte, error) {
 	}
 	waited := false
 	for attempt := 1; ; attempt++ {
-		loc, ok, err := s.idx.location(ledger, entryID)
+		// A retry after the log was gone looks in the index itself.
+		loc, ok, err := s.lookup(ledger, entryID, attempt == 1)
 		if err != nil {
 			return nil, err
 		}
@@ -390,7 +395,8 @@ func (s *Storage) ReadEntry(ledger, entryID int64) ([]byte, error) {
 		}
 		e, err := s.readLoc(ledger, entryID, loc, attempt)
 		if err == errLogGone {
-			continue // GC moved the entry and removed the log; look again
+			s.locs.forget(ledger) // its kept runs may point into the log
+			continue              // GC moved the entry and removed the log; look again
 		}
 		return e, err
 	}
@@ -402,7 +408,7 @@ func (s *Storage) ReadEntry(ledger, entryID int64) ([]byte, error) {
 // the last attempt: then the index points into a missing log, which is
 // corruption.
 func (s *Storage) readLoc(ledger, entryID int64, loc location, attempt int) ([]byte, error) {
-	e, err := s.logs.read(loc)
+	e, sum, summed, err := s.logs.read(loc)
 	if err == errLogGone {
 		if attempt < maxReadAttempts {
 			return nil, errLogGone
@@ -412,7 +418,12 @@ func (s *Storage) readLoc(ledger, entryID int64, loc location, attempt int) ([]b
 	if err != nil {
 		return nil, err
 	}
-	h, err := entry.Verify(e)
+	var h entry.Header
+	if summed {
+		h, err = entry.VerifySum(e, sum)
+	} else {
+		h, err = entry.Verify(e)
+	}
 	if err != nil {
 		return nil, &CorruptionError{File: s.logs.path(loc.log), Offset: loc.offset - recordPrefixSize, Err: err}
 	}
