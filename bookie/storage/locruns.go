@@ -104,7 +104,8 @@ func (r *locRuns) forget(ledger int64) {
 
 // locationRun returns the locations of entries from, from+1, ... of
 // ledger that the index holds, up to max of them and stopping at the
-// first missing: empty if it does not hold from.
+// first missing (or, past from, the first it cannot decode, which that
+// entry's own lookup reports): empty if it does not hold from.
 func (x *index) locationRun(ledger, from int64, max int) ([]location, error) {
 	lower := entryKey(ledger, from)
 	_, upper := ledgerEntries(ledger)
@@ -121,6 +122,9 @@ func (x *index) locationRun(ledger, from int64, max int) ([]location, error) {
 		}
 		loc, err := x.decodeLoc(it.Value())
 		if err != nil {
+			if len(locs) > 0 {
+				break // that entry's read reports it
+			}
 			return nil, err
 		}
 		locs = append(locs, loc)

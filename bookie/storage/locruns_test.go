@@ -3,6 +3,7 @@ package storage
 import (
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -109,5 +110,27 @@ func TestLocRunsForget(t *testing.T) {
 	r.keep(gen, 7, 100, locs) // read before the forget
 	if _, ok := r.get(7, 100); ok {
 		t.Fatal("a run read before a forget was kept")
+	}
+}
+
+// A location the index cannot decode fails the read of its entry, not
+// the reads of the entries before it in a run.
+func TestLocationRunsBadNeighbour(t *testing.T) {
+	s := openT(t, testOptions(vfs.NewMem()))
+	defer closeT(t, s)
+	for e := int64(0); e < 10; e++ {
+		mustAdd(t, s, 1, e, e-1, 100)
+	}
+	if err := s.idx.db.Set(entryKey(1, 5), []byte{1, 2, 3}, pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	for e := int64(0); e < 5; e++ {
+		checkEntry(t, s, 1, e, 100)
+	}
+	if _, err := s.ReadEntry(1, 5); err == nil {
+		t.Fatal("the entry whose location cannot be decoded was read")
+	}
+	for e := int64(6); e < 10; e++ {
+		checkEntry(t, s, 1, e, 100)
 	}
 }
