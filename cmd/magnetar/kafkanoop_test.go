@@ -267,7 +267,8 @@ func TestNoopKafkaFetchAfterReplies(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	c := &noopConn{c: a}
+	waiting := make(chan struct{})
+	c := &noopConn{c: a, testHookAwait: func() { close(waiting) }}
 	c.queued() // as the store does for a reply it holds
 	q := kmsg.NewPtrFetchRequest()
 	q.Version, q.MinBytes = 4, 0
@@ -275,15 +276,17 @@ func TestNoopKafkaFetchAfterReplies(t *testing.T) {
 	p.SetVersion(4)
 	done := make(chan error, 1)
 	go func() { done <- k.fetch(c, 7, q, p) }()
-	// Nothing for 200 ms: a fetch not waiting would write at once (a
-	// slow scheduler could let a broken fetch pass here, never fail a
-	// sound one).
-	b.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	var size [4]byte
-	if _, err := io.ReadFull(b, size[:]); err == nil {
-		t.Fatal("the fetch's response went out before the reply waiting in the store")
+	// The pipe holds nothing: a fetch writing its response before it
+	// waits blocks in that write, never reaches the wait, and fails here.
+	select {
+	case <-waiting:
+	case err := <-done:
+		t.Fatalf("the fetch returned (%v) without waiting for the reply in the store", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fetch did not wait for the reply in the store: its response went out first")
 	}
 	c.replied()
+	var size [4]byte
 	b.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(b, size[:]); err != nil {
 		t.Fatalf("no response once the earlier reply was written: %v", err)

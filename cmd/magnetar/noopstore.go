@@ -97,6 +97,9 @@ type noopConn struct {
 	pendingMu sync.Mutex
 	pending   int
 	drained   chan struct{}
+	// testHookAwait, if set, runs when awaitReplies is about to wait for
+	// replies in the store.
+	testHookAwait func()
 }
 
 // queued notes a reply put in the store.
@@ -329,6 +332,9 @@ func (st *noopStore) awaitReplies(c *noopConn) error {
 	ch := c.replies()
 	if ch == nil {
 		return nil
+	}
+	if hook := c.testHookAwait; hook != nil {
+		hook()
 	}
 	select {
 	case <-ch:
