@@ -112,10 +112,11 @@ func Parse(b []byte) (Header, error) {
 
 // Verify decodes the header of b and checks its checksum.
 func Verify(b []byte) (Header, error) {
-	if h, err := Parse(b); err != nil {
+	h, err := Parse(b)
+	if err != nil {
 		return h, err
 	}
-	return VerifySum(b, crc32.Update(crc32.Checksum(b[:32], castagnoli), castagnoli, b[HeaderSize:]))
+	return h, checkSum(h, b, crc32.Update(crc32.Checksum(b[:32], castagnoli), castagnoli, b[HeaderSize:]))
 }
 
 // VerifySum is Verify with b's checksum computed already (by
@@ -126,10 +127,16 @@ func VerifySum(b []byte, sum uint32) (Header, error) {
 	if err != nil {
 		return h, err
 	}
+	return h, checkSum(h, b, sum)
+}
+
+// checkSum compares sum, computed over b, with the checksum b carries (h
+// is its header, for the error).
+func checkSum(h Header, b []byte, sum uint32) error {
 	if want := binary.BigEndian.Uint32(b[32:]); sum != want {
-		return h, fmt.Errorf("%w: ledger %d entry %d: computed %08x, stored %08x", ErrChecksum, h.Ledger, h.Entry, sum, want)
+		return fmt.Errorf("%w: ledger %d entry %d: computed %08x, stored %08x", ErrChecksum, h.Ledger, h.Entry, sum, want)
 	}
-	return h, nil
+	return nil
 }
 
 // copyPiece is how much CopyChecksum copies before it checksums it: the

@@ -225,7 +225,8 @@ func TestDiskReadsSpan(t *testing.T) {
 		}
 		// The sum of the bytes as an entry's (the stored checksum's four
 		// bytes left out), taken as they were copied.
-		want := crc32.Update(crc32.Checksum(e[:32], crc32.MakeTable(crc32.Castagnoli)), crc32.MakeTable(crc32.Castagnoli), e[entry.HeaderSize:])
+		castagnoli := crc32.MakeTable(crc32.Castagnoli)
+		want := crc32.Update(crc32.Checksum(e[:32], castagnoli), castagnoli, e[entry.HeaderSize:])
 		if !summed || sum != want {
 			t.Fatalf("span read [%d, +%d): sum %08x (summed %t), want %08x", tc.off, tc.n, sum, summed, want)
 		}

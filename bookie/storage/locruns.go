@@ -19,8 +19,8 @@ import (
 // A kept location may be stale in two ways, both handled:
 //   - GC moved the entry and repointed the index: the old location holds
 //     the same bytes until GC removes its log, and a read of a removed
-//     log is errLogGone, after which ReadEntry looks the entry up in the
-//     index, not here.
+//     log is errLogGone, after which ReadEntry drops the ledger's runs
+//     and looks again: in the index, repointed before the log's removal.
 //   - The ledger was deleted: publish drops the ledger's runs once the
 //     deletion is committed, and a run read from the index before that
 //     is not kept (gen).
@@ -136,12 +136,9 @@ func (x *index) locationRun(ledger, from int64, max int) ([]location, error) {
 }
 
 // lookup returns where the entry is, if the index has it: from a kept
-// run if runs is set and one holds it, else from the index, reading the
-// run that starts at it (and keeping it if runs).
-func (s *Storage) lookup(ledger, entryID int64, runs bool) (location, bool, error) {
-	if !runs {
-		return s.idx.location(ledger, entryID)
-	}
+// run if one holds it, else from the index, reading and keeping the run
+// that starts at it.
+func (s *Storage) lookup(ledger, entryID int64) (location, bool, error) {
 	if loc, ok := s.locs.get(ledger, entryID); ok {
 		return loc, true, nil
 	}

@@ -362,8 +362,7 @@ func (s *Storage) ReadEntry(ledger, entryID int64) ([]byte, error) {
 	}
 	waited := false
 	for attempt := 1; ; attempt++ {
-		// A retry after the log was gone looks in the index itself.
-		loc, ok, err := s.lookup(ledger, entryID, attempt == 1)
+		loc, ok, err := s.lookup(ledger, entryID)
 		if err != nil {
 			return nil, err
 		}

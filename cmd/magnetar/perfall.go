@@ -1258,20 +1258,13 @@ const (
 // madvdontneed set to madvdontneed ("" removes it: Go's default), its
 // other settings kept.
 func childEnv(environ []string, madvdontneed string) []string {
-	var env, debug []string
+	var env []string
 	for _, kv := range environ {
-		switch {
-		case strings.HasPrefix(kv, envPrefix):
-		case strings.HasPrefix(kv, "GODEBUG="):
-			for f := range strings.SplitSeq(strings.TrimPrefix(kv, "GODEBUG="), ",") {
-				if f != "" && !strings.HasPrefix(f, "madvdontneed=") {
-					debug = append(debug, f)
-				}
-			}
-		default:
+		if !strings.HasPrefix(kv, envPrefix) && !strings.HasPrefix(kv, "GODEBUG=") {
 			env = append(env, kv)
 		}
 	}
+	debug := slices.DeleteFunc(godebugSettings(environ), func(f string) bool { return strings.HasPrefix(f, "madvdontneed=") })
 	if madvdontneed != "" {
 		debug = append(debug, "madvdontneed="+madvdontneed)
 	}
@@ -1279,6 +1272,21 @@ func childEnv(environ []string, madvdontneed string) []string {
 		env = append(env, "GODEBUG="+strings.Join(debug, ","))
 	}
 	return env
+}
+
+// godebugSettings are the settings of GODEBUG in environ, in order.
+func godebugSettings(environ []string) []string {
+	var fs []string
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			for f := range strings.SplitSeq(v, ",") {
+				if f != "" {
+					fs = append(fs, f)
+				}
+			}
+		}
+	}
+	return fs
 }
 
 // clientFreeNote says how the benchmark's process, the clients, gives
@@ -1295,13 +1303,9 @@ func clientFreeNote(lazy bool) string {
 // madvdontneed setting is 0.
 func freesLazily(environ []string) bool {
 	lazy := false
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
-			for f := range strings.SplitSeq(v, ",") {
-				if n, ok := strings.CutPrefix(f, "madvdontneed="); ok {
-					lazy = n == "0"
-				}
-			}
+	for _, f := range godebugSettings(environ) {
+		if n, ok := strings.CutPrefix(f, "madvdontneed="); ok {
+			lazy = n == "0"
 		}
 	}
 	return lazy
