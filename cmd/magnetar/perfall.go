@@ -24,6 +24,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +56,7 @@ var perfAllSettings = []setting{
 	{"perf-all-partitions", "10000", "count", "partitions of the many-partitions load (the memory goal), one Kafka topic with a record and a committed offset on each"},
 	{"perf-write-doc", "", "file", "write the machine, the date and the results table into this Markdown file, between <!-- make bench: begin --> and <!-- make bench: end --> (appended the first time)"},
 	{"perf-standalone-flags", "", "flags", "more flags for the standalone, space-separated, each starting with --: the run then measures a setting against its default (e.g. \"--entry-log-direct-io=false\"); the table says which"},
+	{"perf-all-client-gogc", "400", "percent", "the garbage collector's target (GOGC) of the benchmark's own process, where the clients run (the standalone, the no-op and kfake brokers keep theirs): at Go's default, 100, a consumer's small heap beside each multi-megabyte fetch response it allocates has its collector and scavenger take a third of its CPU, pacing every consume"},
 	{"perf-profile-dir", "", "dir", "save profiles of the standalone for each load here: <load>.cpu.pprof, and <load>.allocs-before.pprof and <load>.allocs.pprof (its allocations before and after the load)"},
 }
 
@@ -155,8 +158,9 @@ func newPerfAllCommand(a *app) *cobra.Command {
      subscriptions; 2 s later the standalone's resident memory (VmRSS of
      /proc/<pid>/status) is read, against its RSS before the load and its
      peak (VmHWM, reset at the start of the load).
-4. The same Kafka loads against an in-process kfake (franz-go's fake
-   cluster: one broker, in memory, no fsync).
+4. The same Kafka loads against kfake (franz-go's fake cluster: one
+   broker, in memory, no fsync), a child process (the hidden command
+   ` + "`magnetar perf kfake-broker`" + `).
 5. Rounds, perf-all-rounds of them, on a fresh standalone and fresh
    durable no-op brokers (Kafka, Pulsar): in each round each publish
    latency load (Kafka and Pulsar, 5,000 and 20,000 msg/s) against
@@ -174,6 +178,9 @@ func newPerfAllCommand(a *app) *cobra.Command {
    with the load generator's send lag p99 and, for Magnetar, its
    bookie's slowest journal fdatasync over each publish latency load.
 
+The clients run in this process, with GOGC perf-all-client-gogc (400; Go's
+default, 100, left a consumer's collector and scavenger a third of its
+CPU, so that every consume measured the client more than the broker).
 Each load runs perf-duration (a consume: until it has read everything; the
 partitions: until they are all open); the first perf-warmup of a produce or
 latency load is left out of its figures. Before each phase that writes to
@@ -234,6 +241,7 @@ type perfAllConfig struct {
 	TopicsRate     float64
 	Partitions     int
 	Rounds         int // perf-all-rounds
+	ClientGOGC     int // perf-all-client-gogc
 	Settle         time.Duration
 	WriteDoc       string   // "" writes no file
 	ProfileDir     string   // "" takes no profiles
@@ -287,6 +295,9 @@ func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
 	if cfg.Rounds, err = check(sv, s("perf-all-rounds"), parseIntRange(0, 25)); err != nil {
 		return cfg, err
 	}
+	if cfg.ClientGOGC, err = check(sv, s("perf-all-client-gogc"), parseIntRange(10, 10_000)); err != nil {
+		return cfg, err
+	}
 	flags, err := check(sv, s("perf-standalone-flags"), verbatim)
 	if err != nil {
 		return cfg, err
@@ -303,8 +314,8 @@ func resolvePerfAll(sv *settingValues) (perfAllConfig, error) {
 }
 
 func (cfg perfAllConfig) describe() string {
-	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all, %d partitions open, %d rounds of the loads with a floor, %s settle before each phase writing to the disk",
-		cfg.Duration, cfg.Warmup, benchMessageSize, cfg.LimitsDuration, cfg.Topics, cfg.TopicsRate, cfg.Partitions, cfg.Rounds, cfg.Settle)
+	return fmt.Sprintf("%s per load after a %s warm-up, %d-byte messages, limits %s each, %d topics at %g msg/s in all, %d partitions open, %d rounds of the loads with a floor, %s settle before each phase writing to the disk, the clients at GOGC %d",
+		cfg.Duration, cfg.Warmup, benchMessageSize, cfg.LimitsDuration, cfg.Topics, cfg.TopicsRate, cfg.Partitions, cfg.Rounds, cfg.Settle, cfg.ClientGOGC)
 }
 
 // benchFigures are one system's results, by load (also the loads' profile
@@ -396,6 +407,9 @@ const kafkaProduceLatency = kafkaLatencyMetric + `{request="Produce"}`
 // warnings and errors on logs.
 func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log *slog.Logger) error {
 	fmt.Fprintf(out, "magnetar perf all: %s\n", cfg.describe())
+	// The clients' collector, here only: the children get GOGC from
+	// their own environment, which this leaves alone.
+	defer debug.SetGCPercent(debug.SetGCPercent(cfg.ClientGOGC))
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("the magnetar binary to start: %w", err)
@@ -411,7 +425,7 @@ func runPerfAll(ctx context.Context, out, logs io.Writer, cfg perfAllConfig, log
 	}
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(out, "scratch directory %s (removed at the end)%s\n", dir, describeRoom(dir))
-	fmt.Fprintln(out, clientFreeNote(freesLazily(os.Environ())))
+	fmt.Fprintln(out, clientFreeNote(freesLazily(os.Environ())), clientGCNote(gcPercent()))
 
 	res := &benchResults{magnetar: benchFigures{}, kfake: benchFigures{}, noop: benchFigures{}, noopDurable: benchFigures{}, noopKafka: benchFigures{}, noopKafkaTwice: benchFigures{}}
 	b := &benchRun{cfg: cfg, out: out, log: log, drain: e2eDrainTimeout, steal: newStealLog(), scratch: dir}
@@ -1287,6 +1301,21 @@ func godebugSettings(environ []string) []string {
 		}
 	}
 	return fs
+}
+
+// gcPercent is this process's GOGC as the runtime has it.
+func gcPercent() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
+}
+
+// clientGCNote says what the clients' garbage collector targets.
+func clientGCNote(gogc int) string {
+	if gogc == 100 {
+		return "Their garbage collector runs at Go's default target (GOGC 100, perf-all-client-gogc): a consumer's collector and scavenger then take a third of its CPU, and the consume figures are the client's more than the brokers'."
+	}
+	return fmt.Sprintf("Their garbage collector runs with GOGC %d (perf-all-client-gogc; Go's default is 100, at which a consumer's small heap beside each fetch response it allocates had its collector and scavenger take a third of its CPU, pacing every consume); the brokers keep their own.", gogc)
 }
 
 // clientFreeNote says how the benchmark's process, the clients, gives
@@ -2903,7 +2932,7 @@ func docSection(cfg perfAllConfig, dataDir string, t, rounds, steal *table) stri
 	sb.WriteString(`Magnetar is ` + "`magnetar standalone`" + ` with ` + settings + `, a child process on
 loopback; kfake is franz-go's in-memory fake Kafka, a child process too
 (` + "`magnetar perf kfake-broker`" + `, with GOGC ` + strconv.Itoa(kfakeGCPercent) + ` and GODEBUG madvdontneed=` + lazyFree + `: its steady state, not its
-heap's growth into new pages). ` + clientFreeNote(freesLazily(os.Environ())) + `
+heap's growth into new pages). ` + clientFreeNote(freesLazily(os.Environ())) + ` ` + clientGCNote(gcPercent()) + `
 Kafka loads: franz-go, acks all, idempotent, 1 KiB records; produce is a
 closed loop, consume reads the 4-partition topic from the start (cold, then
 warm), publish latency is an open loop at the rate with no linger (timed

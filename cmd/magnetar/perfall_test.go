@@ -209,7 +209,8 @@ func TestPerfAll(t *testing.T) {
 		"[durable no-op kafka 3/5] kafka-consume", "[durable no-op kafka 5/5] kafka-publish-20000", "[durable no-op kafka, each byte twice 2/2] kafka-produce-1p", "created 10 producers in ", "the host's CPU steal during the load: ",
 		"[rounds] 2 rounds: ", "[round 1/2, durable no-op kafka] kafka-publish-5000", "[round 1/2, magnetar] kafka-publish-5000",
 		"[round 2/2, magnetar] pulsar-publish-20000", "[round 2/2, durable no-op pulsar] pulsar-publish-20000",
-		"[round 2/2, magnetar] kafka-produce-1p", "[round 2/2, durable no-op pulsar] pulsar-produce-batched", "wrote the results into " + doc} {
+		"[round 2/2, magnetar] kafka-produce-1p", "[round 2/2, durable no-op pulsar] pulsar-produce-batched", "wrote the results into " + doc,
+		"Their garbage collector runs with GOGC 400 (perf-all-client-gogc;"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
@@ -245,7 +246,8 @@ func TestPerfAll(t *testing.T) {
 
 	// A setting measured against the default: the standalone runs with it,
 	// and the document says so.
-	code, out, errOut = runPerfAllBinary(t, "--perf-write-doc", doc, "--perf-standalone-flags", "--entry-log-direct-io --entry-cache-size=1048576")
+	code, out, errOut = runPerfAllBinary(t, "--perf-write-doc", doc, "--perf-standalone-flags", "--entry-log-direct-io --entry-cache-size=1048576",
+		"--perf-all-client-gogc", "100")
 	if code != 0 {
 		t.Fatalf("second run: exit %d\nstderr:\n%s\nstdout:\n%s", code, errOut, out)
 	}
@@ -255,6 +257,10 @@ func TestPerfAll(t *testing.T) {
 	}
 	if !strings.Contains(second, "with its defaults (fsync on) but `--entry-log-direct-io --entry-cache-size=1048576`") {
 		t.Errorf("the document does not name the standalone's flags:\n%s", second)
+	}
+	// The clients' GOGC, as the runtime has it.
+	if !strings.Contains(second, "Their garbage collector runs at Go's default target (GOGC 100") {
+		t.Errorf("the document does not say the clients ran at GOGC 100:\n%s", second)
 	}
 }
 
@@ -420,6 +426,8 @@ func TestPerfAllUsageErrors(t *testing.T) {
 		{[]string{"--perf-all-rounds", "-1"}, `invalid perf-all-rounds "-1"`},
 		{[]string{"--perf-all-settle", "-1s"}, `invalid perf-all-settle "-1s"`},
 		{[]string{"--perf-all-rounds", "26"}, `invalid perf-all-rounds "26"`},
+		{[]string{"--perf-all-client-gogc", "5"}, `invalid perf-all-client-gogc "5"`},
+		{[]string{"--perf-all-client-gogc", "off"}, `invalid perf-all-client-gogc "off"`},
 		{[]string{"--perf-standalone-flags", "--entry-log-direct-io fsync"}, `"fsync" is not a flag`},
 	} {
 		clearEnv(t)
