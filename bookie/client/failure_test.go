@@ -555,3 +555,32 @@ func testRecoveryOnFullDisk(t *testing.T, local bool) {
 		}
 	}
 }
+
+// A read of fewer entries than the read window (whose answers' channel
+// then has room for those entries only), where the first bookie asked
+// for two of them is gone, gets them from their other replica.
+func TestReadFewEntriesFromReplica(t *testing.T) { forTransports(t, testReadFewEntriesFromReplica) }
+
+func testReadFewEntriesFromReplica(t *testing.T, local bool) {
+	ctx := testCtx(t)
+	cl := newClusterOver(t, 2, local)
+	w, err := cl.client().CreateLedger(ctx, LedgerOptions{EnsembleSize: 2, WriteQuorum: 2, AckQuorum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3 // entries 0 and 2 are asked of the ensemble's first bookie first
+	for r := range appendAll(w, "few", 0, n) {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.kill(ensembleBookie(cl, w, 0))
+	r, err := cl.client().OpenLedger(ctx, w.ID(), OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, ctx, r, "few", n-1)
+}
