@@ -301,9 +301,9 @@ func (c *Client) readEntries(ctx context.Context, id int64, md *LedgerMetadata, 
 	tried := make([]int, n)
 	errs := make([][]error, n)
 	// Room for every request in flight, so that no answer waits: one per
-	// entry, within the window. Not the whole window for a read of a few
-	// entries, as a Kafka fetch's of large batches is: a channel of 64
-	// replies was 6 % of a standalone's CPU in a catch-up read.
+	// entry, within the window. A Kafka fetch of large batches reads a few
+	// entries at a time: a channel of 64 replies for each was 6 % of a
+	// standalone's CPU in a catch-up read.
 	replies := make(chan reply, min(readWindow, n))
 	send := func(i int) {
 		e := first + int64(i)

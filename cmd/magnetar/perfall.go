@@ -56,7 +56,7 @@ var perfAllSettings = []setting{
 	{"perf-all-partitions", "10000", "count", "partitions of the many-partitions load (the memory goal), one Kafka topic with a record and a committed offset on each"},
 	{"perf-write-doc", "", "file", "write the machine, the date and the results table into this Markdown file, between <!-- make bench: begin --> and <!-- make bench: end --> (appended the first time)"},
 	{"perf-standalone-flags", "", "flags", "more flags for the standalone, space-separated, each starting with --: the run then measures a setting against its default (e.g. \"--entry-log-direct-io=false\"); the table says which"},
-	{"perf-all-client-gogc", "400", "percent", "the garbage collector's target (GOGC) of the benchmark's own process, where the clients run (the standalone, the no-op and kfake brokers keep theirs): at Go's default, 100, a consumer's small heap beside each multi-megabyte fetch response it allocates has its collector and scavenger take a third of its CPU, pacing every consume"},
+	{"perf-all-client-gogc", "400", "percent", "the garbage collector's target (GOGC) of the benchmark's own process, where the clients run, and the plain no-op Pulsar broker beside them (the standalone, the durable no-op brokers and kfake, each a process of its own, keep theirs): at Go's default, 100, a consumer's small heap beside each multi-megabyte fetch response it allocates has its collector and scavenger take a third of its CPU, pacing every consume"},
 	{"perf-profile-dir", "", "dir", "save profiles of the standalone for each load here: <load>.cpu.pprof, and <load>.allocs-before.pprof and <load>.allocs.pprof (its allocations before and after the load)"},
 }
 
@@ -1315,7 +1315,7 @@ func clientGCNote(gogc int) string {
 	if gogc == 100 {
 		return "Their garbage collector runs at Go's default target (GOGC 100, perf-all-client-gogc): a consumer's collector and scavenger then take a third of its CPU, and the consume figures are the client's more than the brokers'."
 	}
-	return fmt.Sprintf("Their garbage collector runs with GOGC %d (perf-all-client-gogc; Go's default is 100, at which a consumer's small heap beside each fetch response it allocates had its collector and scavenger take a third of its CPU, pacing every consume); the brokers keep their own.", gogc)
+	return fmt.Sprintf("Their garbage collector runs with GOGC %d (perf-all-client-gogc; Go's default is 100, at which a consumer's small heap beside each fetch response it allocates had its collector and scavenger take a third of its CPU, pacing every consume); the brokers in processes of their own keep theirs.", gogc)
 }
 
 // clientFreeNote says how the benchmark's process, the clients, gives
