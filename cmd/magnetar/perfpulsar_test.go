@@ -325,8 +325,10 @@ func TestRunProduceWakesPerBatch(t *testing.T) {
 		says string
 	}{
 		{"closed loop", 0, func(out int) bool { return out <= pending-batch }, fmt.Sprintf("≤ %d", pending-batch)},
-		// One slot back is enough (a loop slow to wake may see two).
-		{"open loop", 1e6, func(out int) bool { return out > pending-batch/2 }, fmt.Sprintf("> %d", pending-batch/2)},
+		// One slot back is enough; a loop slow to wake (a busy CI
+		// machine's scheduler) may see more come back, but never waits
+		// for a closed loop's batch.
+		{"open loop", 1e6, func(out int) bool { return out > pending-batch }, fmt.Sprintf("> %d", pending-batch)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &heldSender{max: pending}
