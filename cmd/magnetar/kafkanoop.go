@@ -68,11 +68,17 @@ type noopBatch struct {
 }
 
 // add samples the first batch of records, a partition's produce, if
-// noopSampleEvery bytes came since the last. A produce without records,
-// or whose first batch does not decode or claims none, is not sampled.
+// noopSampleEvery bytes came before it since the last sample. A produce
+// without records, or whose first batch does not decode or claims none,
+// is not sampled. The produce taken is the one after the mark, not the
+// one crossing it: a large produce crosses it more often than a small
+// one, so the crossing one is a size-biased pick (its batches were half
+// as large again as the produce's on average, 892 against 603 KB), and
+// fetches of them were faster than of what the load produced.
 func (s *noopSamples) add(records []byte) {
+	due := len(s.batches) == 0 || s.since >= noopSampleEvery
 	s.since += len(records)
-	if len(records) == 0 || len(s.batches) > 0 && s.since < noopSampleEvery {
+	if len(records) == 0 || !due {
 		return
 	}
 	first, n, err := firstBatch(records)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -400,5 +401,42 @@ func TestPerfKFakeBroker(t *testing.T) {
 	cl.Close()
 	if err := c.stop(); err != nil {
 		t.Fatalf("stop: %v\n%s", err, logs.String())
+	}
+}
+
+// The no-op broker samples a partition's produces without favouring large
+// ones: the produce after each noopSampleEvery bytes, not the one crossing
+// the mark (which is large far more often than produces are). Produces
+// of 16 KiB and 1 MiB, half each at random, must give samples about half
+// of each; picking the crossing produce gave only large ones.
+func TestNoopKafkaSamplesUnbiased(t *testing.T) {
+	batch := func(records int) []byte {
+		recs := make([]broker.Record, records)
+		for i := range recs {
+			recs[i].Value = make([]byte, 1<<10)
+		}
+		return broker.AppendRecordBatch(nil, broker.RecordBatch{}, recs)
+	}
+	small, large := batch(16), batch(1024)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var s noopSamples
+	var samples, largeSamples int
+	for samples < 400 {
+		records := small
+		if rng.IntN(2) == 0 {
+			records = large
+		}
+		before := len(s.batches) + s.next
+		s.add(records)
+		if len(s.batches)+s.next == before {
+			continue // not sampled
+		}
+		samples++
+		if len(records) == len(large) {
+			largeSamples++
+		}
+	}
+	if frac := float64(largeSamples) / float64(samples); frac < 0.4 || frac > 0.6 {
+		t.Fatalf("%d of %d samples are the 1 MiB produces (%.2f), want about half as produced", largeSamples, samples, frac)
 	}
 }
