@@ -316,7 +316,16 @@ func testChecksumCorruption(t *testing.T, local bool) {
 				t.Fatal(err)
 			}
 			for _, b := range cl.bookies {
-				if err := b.Storage.Checkpoint(); err != nil { // the entries in the entry logs' files
+				// The entries in the entry logs' files: a checkpoint
+				// covers what is applied, and an add is acknowledged
+				// once journaled, so wait for the applier first (asking
+				// for the LAC does). Entries applied after the checkpoint
+				// would be read from the log's write buffer, past the
+				// damaged disk (this test failed so once in CI).
+				if _, _, err := b.Storage.LastAddConfirmed(w.ID()); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Storage.Checkpoint(); err != nil {
 					t.Fatal(err)
 				}
 			}
