@@ -32,7 +32,7 @@ compat-franz:
 	scripts/compat-franz.sh
 
 ## bench: build, then `magnetar perf all`: machine limits, Magnetar standalone under Kafka and Pulsar
-##        loads, kfake; one table, also written into docs/BENCHMARKS.md (output in bench-all.out; ~5 min).
+##        loads, kfake; one table, also written into docs/BENCHMARKS.md (output in bench-all.out; about 20 min on 2 cores).
 ##        BENCH_DIR=dir puts the data there (default: a temp dir); PROFILE=1 saves profiles in bench-profiles/
 bench:
 	BENCH_DIR='$(BENCH_DIR)' PROFILE='$(PROFILE)' scripts/bench.sh
