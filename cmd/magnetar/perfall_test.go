@@ -112,7 +112,8 @@ func perfAllMeasures(topics, partitions, rounds int) []string {
 				m = append(m, fmt.Sprintf("limit: %s publish at %s/s to a durable no-op broker, p99 ms, median of %d rounds", what, at, rounds))
 			}
 		}
-		m = append(m, fmt.Sprintf("limit: Pulsar produce, batching, to a durable no-op broker, MB/s, median of %d rounds", rounds))
+		m = append(m, fmt.Sprintf("limit: Pulsar produce, batching, to a durable no-op broker, MB/s, median of %d rounds", rounds),
+			fmt.Sprintf("limit: Kafka consume warm, 4 partitions, from a broker only sending, MB/s, median of %d rounds", rounds))
 	}
 	for _, r := range benchRows(perfAllConfig{Topics: topics, Partitions: partitions, Rounds: rounds}) {
 		m = append(m, r.measure)
@@ -131,16 +132,17 @@ func checkPerfAllTable(t *testing.T, out string) {
 		t.Fatalf("no results table in:\n%s", out)
 	}
 	measures := perfAllMeasures(10, 30, 2)
-	// 34 limits and 5 of the rounds; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
-	// and warm, the client's CPU and bound (4), publish at 2 rates × (3
+	// 34 limits and 6 of the rounds; Kafka: produce 4p and 1p (MB/s, records/s), consume cold
+	// and warm, the median of the rounds' warm consumes, the client's CPU
+	// and bound (5), publish at 2 rates × (3
 	// quantiles, the median of the rounds' p99s, the broker's share ×3),
 	// end to end at 2 rates × 3 quantiles; Pulsar: the same latencies,
 	// batched produce (MB/s, msg/s, the client's and the standalone's CPU
 	// per MB, the medians of the rounds' batched and Kafka 1-partition
 	// produce), 10 topics (3); 30 partitions open (5).
 	// And the disk's writes during each Kafka produce (2).
-	if len(measures) != 39+4+4+14+6+14+6+6+3+5+2 {
-		t.Fatalf("%d rows, want 103: %q", len(measures), measures)
+	if len(measures) != 40+4+5+14+6+14+6+6+3+5+2 {
+		t.Fatalf("%d rows, want 105: %q", len(measures), measures)
 	}
 	num := `-?[0-9]+(\.[0-9]+)?` // RSS per partition may be negative: the heap can shrink
 	// The disk's writes are measured where /proc/diskstats lists the
@@ -153,8 +155,9 @@ func checkPerfAllTable(t *testing.T, out string) {
 			if !diskstats {
 				want = `(?m)^` + regexp.QuoteMeta(m) + ` +-`
 			}
-		} else if strings.HasPrefix(m, "Kafka") && !strings.Contains(m, "broker:") && !strings.Contains(m, "bound:") && !strings.Contains(m, "client's CPU") && !strings.Contains(m, "median of") {
-			want += ` +` + num + ` +` + num // kfake, ÷ kfake
+		} else if strings.HasPrefix(m, "Kafka") && !strings.Contains(m, "broker:") && !strings.Contains(m, "bound:") && !strings.Contains(m, "client's CPU") &&
+			(!strings.Contains(m, "median of") || strings.HasPrefix(m, "Kafka consume warm")) {
+			want += ` +` + num + ` +` + num // kfake, ÷ kfake (in rounds: the warm consume's)
 		}
 		if !regexp.MustCompile(want).MatchString(table) {
 			t.Errorf("no row %q with its figures in:\n%s", m, table)
@@ -163,7 +166,7 @@ func checkPerfAllTable(t *testing.T, out string) {
 	for _, g := range []string{"≥ 1.0× kfake; ≥ 0.5× disk", "≥ 1.2× kfake", "≤ 2 ms", "≤ 5 ms", "≥ 0.8× Kafka 1 partition"} {
 		verdict := `(met|not met|not met \(unattainable here: ((durable appends'|the client's) p99 (with a (durable )?no-op broker )?|the durable no-op broker's median p99 over the rounds )is [0-9.]+; this is [0-9.]+× it\)` +
 			`|not met \(unattainable here: the produce of a durable no-op broker (writing each byte twice )?is [0-9.]+, [0-9.]+ of [^;]+; this is [0-9.]+ of it\)` +
-			`|not met \(unattainable here: (the batched produce of a durable no-op broker|the durable no-op broker's median batched produce over the rounds) is [0-9.]+, [0-9.]+ of the [0-9.]+ compared with; this is [0-9.]+ of it\))`
+			`|not met \(unattainable here: (the batched produce of a durable no-op broker|the durable no-op broker's median batched produce over the rounds|the consume from a broker only sending|the median consume from a broker only sending over the rounds) is [0-9.]+, [0-9.]+ of the [0-9.]+ compared with; this is [0-9.]+ of it\))`
 		if !regexp.MustCompile(regexp.QuoteMeta(g) + ` +` + verdict + `(; ` + verdict + `)?\n`).MatchString(table) {
 			t.Errorf("no goal %q with its verdict in:\n%s", g, table)
 		}
@@ -207,7 +210,9 @@ func TestPerfAll(t *testing.T) {
 		"loaded: the broker counts 30 more topics and 30 more subscriptions than before the load",
 		"[kfake 7/7] kafka-e2e-20000", "[no-op pulsar 2/2] pulsar-publish-20000", "[durable no-op pulsar 2/3] pulsar-publish-20000", "[durable no-op pulsar 3/3] pulsar-produce-batched",
 		"[durable no-op kafka 3/5] kafka-consume", "[durable no-op kafka 5/5] kafka-publish-20000", "[durable no-op kafka, each byte twice 2/2] kafka-produce-1p", "created 10 producers in ", "the host's CPU steal during the load: ",
-		"[rounds] 2 rounds: ", "[round 1/2, durable no-op kafka] kafka-publish-5000", "[round 1/2, magnetar] kafka-publish-5000",
+		"[rounds] 2 rounds: ", "[rounds, kfake] kafka-produce-4p: the topic the warm consume's rounds read", "[rounds, durable no-op kafka] kafka-consume-warm: a first read, not counted",
+		"[round 1/2, kfake] kafka-consume-warm", "[round 2/2, durable no-op kafka] kafka-consume-warm", "kafka-consume-warm, CPU ms per MB, client + broker, medians of the rounds: magnetar ",
+		"[round 1/2, durable no-op kafka] kafka-publish-5000", "[round 1/2, magnetar] kafka-publish-5000",
 		"[round 2/2, magnetar] pulsar-publish-20000", "[round 2/2, durable no-op pulsar] pulsar-publish-20000",
 		"[round 2/2, magnetar] kafka-produce-1p", "[round 2/2, durable no-op pulsar] pulsar-produce-batched", "wrote the results into " + doc,
 		"Their garbage collector runs with GOGC 400 (perf-all-client-gogc;"} {
@@ -219,6 +224,18 @@ func TestPerfAll(t *testing.T) {
 	// durable no-op brokers, the standalone, the rounds.
 	if n := strings.Count(out, "[settle] sync, then 10ms for the disk"); n != 5 {
 		t.Errorf("%d settles, want 5 (before each phase writing to the disk):\n%s", n, out)
+	}
+	// The warm consume's order turned every round: Magnetar first in the
+	// first, kfake in the second.
+	for round, order := range map[int][]string{1: {"magnetar", "kfake", "durable no-op kafka"}, 2: {"kfake", "durable no-op kafka", "magnetar"}} {
+		at := -1
+		for _, party := range order {
+			i := strings.Index(out, fmt.Sprintf("[round %d/2, %s] kafka-consume-warm", round, party))
+			if i < 0 || i < at {
+				t.Errorf("round %d of the warm consume did not run in the order %q:\n%s", round, order, out)
+			}
+			at = i
+		}
 	}
 	// The floor first in odd rounds, Magnetar first in even ones.
 	for round, first := range map[int]string{1: "durable no-op kafka", 2: "magnetar"} {
@@ -288,7 +305,7 @@ func checkPerfAllDoc(t *testing.T, path, intro string) string {
 		}
 	}
 	// Every round of every publish latency load.
-	if !strings.Contains(doc, "\n"+roundsNote+".\n\n| load | round | figure | magnetar | durable no-op | magnetar ÷ durable no-op | steal % (magnetar) | steal % (durable no-op) | CPU ms per MB, client + broker (magnetar) | CPU ms per MB, client + broker (durable no-op) | send lag p99 ms (magnetar) | send lag p99 ms (durable no-op) | slowest journal sync ms (magnetar) |\n") {
+	if !strings.Contains(doc, "\n"+roundsNote+".\n\n| load | round | figure | magnetar | durable no-op | magnetar ÷ durable no-op | steal % (magnetar) | steal % (durable no-op) | CPU ms per MB, client + broker (magnetar) | CPU ms per MB, client + broker (durable no-op) | send lag p99 ms (magnetar) | send lag p99 ms (durable no-op) | slowest journal sync ms (magnetar) | kfake | magnetar ÷ kfake | steal % (kfake) | CPU ms per MB, client + broker (kfake) |\n") {
 		t.Errorf("document lacks the rounds table's note and head:\n%s", doc)
 	}
 	for _, load := range roundsLoads() {
@@ -296,12 +313,15 @@ func checkPerfAllDoc(t *testing.T, path, intro string) string {
 			split := `[0-9.]+ \+ [0-9.]+` // client + broker CPU per MB
 			// figure, ratio, the two steals, no CPU, the two send lags,
 			// Magnetar's slowest journal sync
-			floor := `[0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \| - \| [0-9.]+ \| [0-9.]+ \| (≤|>) [0-9.]+`
+			// and no kfake
+			floor := `[0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \| - \| [0-9.]+ \| [0-9.]+ \| (≤|>) [0-9.]+ \| - \| - \| - \| -`
 			switch load {
+			case loadWarm: // and kfake's figure, ratio, steal and CPU
+				floor = `[0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ` + split + ` \| ` + split + ` \| - \| - \| - \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ` + split
 			case loadProduce1: // Magnetar only
-				floor = `- \| - \| [0-9.]+ \| - \| ` + split + ` \| - \| - \| - \| -`
+				floor = `- \| - \| [0-9.]+ \| - \| ` + split + ` \| - \| - \| - \| - \| - \| - \| - \| -`
 			case loadPulsarBatch:
-				floor = `[0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ` + split + ` \| ` + split + ` \| - \| - \| -`
+				floor = `[0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ` + split + ` \| ` + split + ` \| - \| - \| - \| - \| - \| - \| -`
 			}
 			row := regexp.MustCompile(`\| ` + load + ` \| ` + strconv.Itoa(round) + ` \| (p99 ms|MB/s) \| [0-9.]+ \| ` + floor + ` \|\n`)
 			if !row.MatchString(doc) {
@@ -1035,6 +1055,13 @@ func TestPerfAllRounds(t *testing.T) {
 			loadPulsarBatch: {magnetar: []float64{380, 700, 300}, floor: []float64{390, 400, 100},
 				magnetarSteal: []float64{0, 0, 0}, floorSteal: []float64{0, 0, 0},
 				magnetarCPU: []cpuSplit{{4.25, 1.75}}, floorCPU: []cpuSplit{{4, 1.25}, {4.5, 1}, {5, 1.5}}},
+			// The warm consume: Magnetar's median 1,000 against kfake's
+			// 800 is 1.25×, met, though its first round is under 1.2×
+			// kfake's first.
+			loadWarm: {magnetar: []float64{900, 1000, 1100}, floor: []float64{950, 1000, 1050}, peer: []float64{800, 700, 900},
+				magnetarSteal: []float64{0, 0, 0}, floorSteal: []float64{0, 0, 0}, peerSteal: []float64{0.01, 0, 0},
+				magnetarCPU: []cpuSplit{{0.8, 0.9}, {0.8, 0.9}, {0.8, 0.9}}, floorCPU: []cpuSplit{{0.75, 0.2}, {0.75, 0.2}, {0.75, 0.2}},
+				peerCPU: []cpuSplit{{0.8, 1.5}, {0.8, 1.5}, {0.8, 1.5}}},
 		},
 		// Single runs that would meet the goal: they no longer judge it.
 		noopDurable: benchFigures{loadPulsarBatch: {Bytes: 900e6, Elapsed: time.Second}}}
@@ -1062,12 +1089,33 @@ func TestPerfAllRounds(t *testing.T) {
 		"Pulsar produce, batching, MB/s, median of 3 rounds": {"380.00", "0.97 of the durable no-op broker's median batched produce over the rounds", "≥ 0.8× Kafka 1 partition",
 			"not met (unattainable here: the durable no-op broker's median batched produce over the rounds is 390.00, 0.78 of the 500.00 compared with; this is 0.97 of it)"},
 		"Pulsar produce, batching, MB/s": {"800.00", "", "", ""},
+		"limit: Kafka consume warm, 4 partitions, from a broker only sending, MB/s, median of 3 rounds": {"1000.00", "", "", ""},
+		"Kafka consume warm, MB/s, median of 3 rounds": {"1000.00", "1.00 of the median consume from a broker only sending over the rounds", "≥ 1.2× kfake", "met"},
+		// The single run keeps its figure and gives up its goal.
+		"Kafka consume warm, MB/s": {"-", "", "", ""},
 	} {
 		got, ok := rows[measure]
 		if !ok || len(got) != 6 || !slices.Equal([]string{got[0], got[3], got[4], got[5]}, want) {
 			t.Errorf("row %q: %q, want figure, ÷ limit, goal, status %q", measure, got, want)
 		}
 	}
+	if got := rows["Kafka consume warm, MB/s, median of 3 rounds"]; len(got) != 6 || got[1] != "800.00" || got[2] != "1.25" {
+		t.Errorf("the warm consume's rounds: %q, want kfake's median 800.00 and Magnetar ÷ it 1.25", got)
+	}
+	// kfake's median rises to 900 (Magnetar's is 1.11× it), the broker
+	// only sending's falls to 960 (1.07× kfake's): the goal is missed,
+	// unattainable.
+	res.rounds[loadWarm].peer = []float64{900, 900, 900}
+	res.rounds[loadWarm].floor = []float64{960, 960, 960}
+	for _, r := range benchTable(res, perfAllConfig{Topics: 10, Partitions: 10, Rounds: 3}).rows {
+		if r[0] == "Kafka consume warm, MB/s, median of 3 rounds" {
+			if want := "not met (unattainable here: the median consume from a broker only sending over the rounds is 960.00, 1.07 of the 900.00 compared with; this is 1.04 of it)"; r[6] != want {
+				t.Errorf("the warm consume's rounds against kfake's 900: %q, want %q", r[6], want)
+			}
+		}
+	}
+	res.rounds[loadWarm].peer = []float64{800, 700, 900}
+	res.rounds[loadWarm].floor = []float64{950, 1000, 1050}
 
 	rt := roundsTable(res)
 	if rt == nil {
@@ -1078,22 +1126,25 @@ func TestPerfAllRounds(t *testing.T) {
 		got = append(got, strings.Join(r, " "))
 	}
 	want := []string{
-		"kafka-publish-5000 1 p99 ms 1.900 1.000 1.90 1.0 0.0 - - 0.100 0.080 ≤ 0.5",
-		"kafka-publish-5000 2 p99 ms 30.000 2.000 15.00 20.0 15.0 - - 17.800 17.000 ≤ 1.2",
-		"kafka-publish-5000 3 p99 ms 1.800 1.500 1.20 - 2.0 - - 0.090 - > 10.0",
-		"pulsar-publish-5000 1 p99 ms 3.000 2.400 1.25 0.0 0.0 - - - - -",
-		"pulsar-publish-5000 2 p99 ms 2.800 2.600 1.08 0.0 0.0 - - - - -",
-		"pulsar-publish-5000 3 p99 ms 4.000 2.500 1.60 0.0 0.0 - - - - -",
-		"pulsar-publish-20000 1 p99 ms 6.000 1.000 6.00 0.0 0.0 - - - - -",
-		"pulsar-publish-20000 2 p99 ms 4.000 1.000 4.00 0.0 0.0 - - - - -",
-		"pulsar-publish-20000 3 p99 ms 7.000 1.000 7.00 0.0 0.0 - - - - -",
-		"pulsar-publish-20000 4 p99 ms 5.000 1.000 5.00 0.0 0.0 - - - - -",
-		"kafka-produce-1p 1 MB/s 500.00 - - 0.0 - 2.50 + 2.00 - - - -",
-		"kafka-produce-1p 2 MB/s 600.00 - - 0.0 - 2.60 + 2.10 - - - -",
-		"kafka-produce-1p 3 MB/s 450.00 - - 0.0 - ? + 1.50 - - - -",
-		"pulsar-produce-batched 1 MB/s 380.00 390.00 0.97 0.0 0.0 4.25 + 1.75 4.00 + 1.25 - - -",
-		"pulsar-produce-batched 2 MB/s 700.00 400.00 1.75 0.0 0.0 - 4.50 + 1.00 - - -",
-		"pulsar-produce-batched 3 MB/s 300.00 100.00 3.00 0.0 0.0 - 5.00 + 1.50 - - -",
+		"kafka-consume-warm 1 MB/s 900.00 950.00 0.95 0.0 0.0 0.80 + 0.90 0.75 + 0.20 - - - 800.00 1.12 1.0 0.80 + 1.50",
+		"kafka-consume-warm 2 MB/s 1000.00 1000.00 1.00 0.0 0.0 0.80 + 0.90 0.75 + 0.20 - - - 700.00 1.43 0.0 0.80 + 1.50",
+		"kafka-consume-warm 3 MB/s 1100.00 1050.00 1.05 0.0 0.0 0.80 + 0.90 0.75 + 0.20 - - - 900.00 1.22 0.0 0.80 + 1.50",
+		"kafka-publish-5000 1 p99 ms 1.900 1.000 1.90 1.0 0.0 - - 0.100 0.080 ≤ 0.5 - - - -",
+		"kafka-publish-5000 2 p99 ms 30.000 2.000 15.00 20.0 15.0 - - 17.800 17.000 ≤ 1.2 - - - -",
+		"kafka-publish-5000 3 p99 ms 1.800 1.500 1.20 - 2.0 - - 0.090 - > 10.0 - - - -",
+		"pulsar-publish-5000 1 p99 ms 3.000 2.400 1.25 0.0 0.0 - - - - - - - - -",
+		"pulsar-publish-5000 2 p99 ms 2.800 2.600 1.08 0.0 0.0 - - - - - - - - -",
+		"pulsar-publish-5000 3 p99 ms 4.000 2.500 1.60 0.0 0.0 - - - - - - - - -",
+		"pulsar-publish-20000 1 p99 ms 6.000 1.000 6.00 0.0 0.0 - - - - - - - - -",
+		"pulsar-publish-20000 2 p99 ms 4.000 1.000 4.00 0.0 0.0 - - - - - - - - -",
+		"pulsar-publish-20000 3 p99 ms 7.000 1.000 7.00 0.0 0.0 - - - - - - - - -",
+		"pulsar-publish-20000 4 p99 ms 5.000 1.000 5.00 0.0 0.0 - - - - - - - - -",
+		"kafka-produce-1p 1 MB/s 500.00 - - 0.0 - 2.50 + 2.00 - - - - - - - -",
+		"kafka-produce-1p 2 MB/s 600.00 - - 0.0 - 2.60 + 2.10 - - - - - - - -",
+		"kafka-produce-1p 3 MB/s 450.00 - - 0.0 - ? + 1.50 - - - - - - - -",
+		"pulsar-produce-batched 1 MB/s 380.00 390.00 0.97 0.0 0.0 4.25 + 1.75 4.00 + 1.25 - - - - - - -",
+		"pulsar-produce-batched 2 MB/s 700.00 400.00 1.75 0.0 0.0 - 4.50 + 1.00 - - - - - - -",
+		"pulsar-produce-batched 3 MB/s 300.00 100.00 3.00 0.0 0.0 - 5.00 + 1.50 - - - - - - -",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rounds table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
