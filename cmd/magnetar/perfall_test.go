@@ -1090,7 +1090,7 @@ func TestPerfAllRounds(t *testing.T) {
 			"not met (unattainable here: the durable no-op broker's median batched produce over the rounds is 390.00, 0.78 of the 500.00 compared with; this is 0.97 of it)"},
 		"Pulsar produce, batching, MB/s": {"800.00", "", "", ""},
 		"limit: Kafka consume warm, 4 partitions, from a broker only sending, MB/s, median of 3 rounds": {"1000.00", "", "", ""},
-		"Kafka consume warm, MB/s, median of 3 rounds": {"1000.00", "1.00 of the median consume from a broker only sending over the rounds", "≥ 1.2× kfake", "met"},
+		"Kafka consume warm, MB/s, median of 3 rounds":                                                  {"1000.00", "1.00 of the median consume from a broker only sending over the rounds", "≥ 1.2× kfake", "met"},
 		// The single run keeps its figure and gives up its goal.
 		"Kafka consume warm, MB/s": {"-", "", "", ""},
 	} {
