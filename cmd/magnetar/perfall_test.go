@@ -1094,7 +1094,7 @@ func TestPerfAllRounds(t *testing.T) {
 		"Pulsar produce, batching, MB/s": {"800.00", "", "", ""},
 		"limit: Kafka consume warm, 4 partitions, from a broker only sending, MB/s, median of 3 rounds": {"1000.00", "", "", ""},
 		"Kafka consume warm, MB/s, median of 3 rounds":                                                  {"1000.00", "1.00 of the median consume from a broker only sending over the rounds", "≥ 1.2× kfake", "met"},
-		// The single run keeps its figure and gives up its goal.
+		// The single run (none here) gives up its goal.
 		"Kafka consume warm, MB/s": {"-", "", "", ""},
 	} {
 		got, ok := rows[measure]

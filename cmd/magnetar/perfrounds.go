@@ -313,16 +313,13 @@ func (b *benchRun) runRound(ctx context.Context, round int, load string, parties
 			return fmt.Errorf("round %d: %s: %s: %w", round, p.name, load, runErr)
 		}
 		var v float64
+		var split cpuSplit
 		lag := math.NaN()
 		if throughput {
-			v = figMBps(f)
+			v, split = figMBps(f), splitOf(f)
+			fmt.Fprintf(b.out, "CPU per MB, ms: the client + the broker: %s\n", split)
 		} else {
 			v, lag = ms(f.Latency.Quantile(0.99)), ms(f.SendLag.Quantile(0.99))
-		}
-		var split cpuSplit
-		if throughput {
-			split = splitOf(f)
-			fmt.Fprintf(b.out, "CPU per MB, ms: the client + the broker: %s\n", split)
 		}
 		switch p.role {
 		case roleMagnetar:
@@ -368,38 +365,45 @@ func (b *benchRun) runConsumeRounds(ctx context.Context, exe string, sa, noop *s
 			err = serr
 		}
 	}()
-	parties := []roundsParty{
-		{"magnetar", roleMagnetar, sa.cmd.Process.Pid, nil},
-		{"kfake", rolePeer, kf.cmd.Process.Pid, nil},
-		{"durable no-op kafka", roleFloor, noop.cmd.Process.Pid, nil},
+	brokers := []struct {
+		name, role string
+		c          *standaloneChild
+		addr       string
+	}{
+		{"magnetar", roleMagnetar, sa, sa.ready.Kafka},
+		{"kfake", rolePeer, kf, kf.ready.Addr},
+		{"durable no-op kafka", roleFloor, noop, noop.ready.Addr},
 	}
-	addrs := map[string]string{"magnetar": sa.ready.Kafka, "kfake": kf.ready.Addr, "durable no-op kafka": noop.ready.Addr}
-	for i := range parties {
-		p := &parties[i]
-		addr := addrs[p.name]
-		fmt.Fprintf(b.out, "\n[rounds, %s] %s: the topic the warm consume's rounds read\n", p.name, loadProduce4)
-		f, err := runKafkaLoads(ctx, b.out, p.name, []string{addr}, b.kafkaConfig(topicRoundsConsume, 4, "produce", 0), b.log)
+	var parties []roundsParty
+	for _, br := range brokers {
+		fmt.Fprintf(b.out, "\n[rounds, %s] %s: the topic the warm consume's rounds read\n", br.name, loadProduce4)
+		f, err := runKafkaLoads(ctx, b.out, br.name, []string{br.addr}, b.kafkaConfig(topicRoundsConsume, 4, "produce", 0), b.log)
+		var read func(context.Context) (*pulsarResult, error)
+		if err == nil {
+			read, err = b.kafkaTopicReader(ctx, br.name, br.addr, topicRoundsConsume)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("rounds: %s: %s: %w", p.name, loadProduce4, err)
+			return fmt.Errorf("rounds: %s: %s: %w", br.name, loadProduce4, err)
 		}
 		produced := f.Produce
-		p.run = func(ctx context.Context) (*pulsarResult, error) {
-			r, err := b.readKafkaTopic(ctx, p.name, addr, topicRoundsConsume)
+		parties = append(parties, roundsParty{br.name, br.role, br.c.cmd.Process.Pid, func(ctx context.Context) (*pulsarResult, error) {
+			r, err := read(ctx)
 			if err == nil {
 				err = checkAllRead(produced, r)
 			}
 			return r, err
-		}
+		}})
 	}
 	for _, p := range parties {
 		fmt.Fprintf(b.out, "\n[rounds, %s] %s: a first read, not counted, so that the counted ones are warm\n", p.name, loadWarm)
-		if _, err := p.run(ctx); err != nil || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		_, err := p.run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("rounds: %s: the first read: %w", p.name, err)
 		}
 	}
@@ -411,9 +415,10 @@ func (b *benchRun) runConsumeRounds(ctx context.Context, exe string, sa, noop *s
 	return nil
 }
 
-// readKafkaTopic reads topic from the start to its end offsets, as they
-// are when the read starts, on the Kafka broker at addr, called name.
-func (b *benchRun) readKafkaTopic(ctx context.Context, name, addr, topic string) (*pulsarResult, error) {
+// kafkaTopicReader lists topic's start and end offsets on the Kafka
+// broker at addr, called name, once, and returns a read of the topic
+// from those start offsets to those end offsets, the same every call.
+func (b *benchRun) kafkaTopicReader(ctx context.Context, name, addr, topic string) (func(context.Context) (*pulsarResult, error), error) {
 	base := []kgo.Opt{kgo.SeedBrokers(addr), kgo.WithLogger(kgoLogger{b.log.With("component", "kafka-client", "cluster", name)})}
 	cl, err := kgo.NewClient(base...)
 	if err != nil {
@@ -429,7 +434,10 @@ func (b *benchRun) readKafkaTopic(ctx context.Context, name, addr, topic string)
 	if err != nil {
 		return nil, err
 	}
-	return runKafkaConsume(ctx, b.out, base, b.kafkaConfig(topic, len(to), "consume", 0), from, to)
+	cfg := b.kafkaConfig(topic, len(to), "consume", 0)
+	return func(ctx context.Context) (*pulsarResult, error) {
+		return runKafkaConsume(ctx, b.out, base, cfg, from, to)
+	}, nil
 }
 
 // journalSyncsDuring runs load and returns the standalone's journal
