@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -665,6 +666,25 @@ func TestAddLatency(t *testing.T) {
 	}
 }
 
+// checkRoomWritten checks that an append in place wrote every byte of
+// buf's room with the headers of the entry r: the bookie entry's (its
+// checksum verifying the whole entry, its length the ledger's so far)
+// and the managed ledger's.
+func checkRoomWritten(t *testing.T, buf []byte, r appendResult, messages int32) {
+	t.Helper()
+	eh, err := bookieentry.Verify(buf)
+	if err != nil {
+		t.Fatalf("entry appended in place: %v", err)
+	}
+	if eh.Ledger != r.pos.Ledger || eh.Entry != r.pos.Entry || eh.LAC < -1 || eh.LAC >= eh.Entry || eh.Length < int64(len(buf)-bookieentry.HeaderSize) {
+		t.Fatalf("entry appended in place at %v, %d bytes: header %+v", r.pos, len(buf), eh)
+	}
+	h, _, err := ParseHeader(buf[bookieentry.HeaderSize:])
+	if err != nil || h.Format != FormatKafka || h.FirstOffset != r.offset || h.Messages != messages || h.PublishTime <= 0 || buf[bookieentry.HeaderSize+3] != 0 {
+		t.Fatalf("entry appended in place at offset %d: ledger header %+v (reserved byte %#x), %v", r.offset, h, buf[bookieentry.HeaderSize+3], err)
+	}
+}
+
 // AppendInPlace stores what Append would, between Appends, without a
 // copy, with or without a known tail checksum (the bookies verify each
 // entry's checksum on add, so a wrongly combined one fails the append):
@@ -678,7 +698,9 @@ func TestAppendInPlace(t *testing.T) {
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	inPlace := func(payload string, messages int32, knownFrom int) (appendResult, []byte) {
 		t.Helper()
-		buf := append(make([]byte, AppendRoom), payload...)
+		// The room holds garbage, as a buffer allocated without zeroing
+		// does (the Kafka produce's): every byte of it must be written.
+		buf := append(bytes.Repeat([]byte{0xa5}, AppendRoom), payload...)
 		var tail TailCRC
 		if knownFrom > 0 {
 			tail = TailCRC{From: knownFrom, CRC: crc32.Checksum(buf[knownFrom:], castagnoli)}
@@ -687,7 +709,11 @@ func TestAppendInPlace(t *testing.T) {
 		ml.AppendInPlace(buf, tail, FormatKafka, messages, func(pos Position, off int64, err error) {
 			ch <- appendResult{pos, off, err}
 		})
-		return <-ch, buf
+		r := <-ch
+		if r.err == nil {
+			checkRoomWritten(t, buf, r, messages)
+		}
+		return r, buf
 	}
 	if r := mustAppend(t, ml, "a", 1); r.offset != 0 {
 		t.Fatalf("first append at offset %d", r.offset)

@@ -144,7 +144,9 @@ func (rr *requestReader) bytes(n, room int) []byte {
 		rr.fail(fmt.Errorf("%d bytes in the %d left: %w", n, rr.left, errShortRequest))
 		return nil
 	}
-	b := make([]byte, room+n)
+	// Not zeroed (makeNoZero): the read fills b[room:], and the caller
+	// owns filling b[:room] before the buffer is used.
+	b := makeNoZero(room + n)
 	if _, err := io.ReadFull(rr.r, b[room:]); err != nil {
 		rr.readErr(err)
 		return nil
