@@ -48,7 +48,7 @@ var perfAllSettings = []setting{
 	{"data-dir", "", "dir", "directory in which the run makes its scratch directory (the standalone's data, the disk measurements), removed at the end; put it on the disk to measure (default: the system temp directory)"},
 	{"perf-duration", "10s", "duration", "how long each load runs"},
 	{"perf-warmup", "1s", "duration", "first part of each produce, latency and end-to-end load, left out of its figures"},
-	{"perf-limits-duration", "3s", "duration", "how long each measurement of the machine's limits runs: fsync'd writes of 64 KiB, of 1 MiB, of 1 MiB with O_DIRECT, durable appends at each latency rate, loopback TCP"},
+	{"perf-limits-duration", "3s", "duration", "how long each measurement of the machine's limits runs: fsync'd writes of 64 KiB, of 1 MiB, of 1 MiB with O_DIRECT, each byte twice as a bookie writes it, durable appends at each latency rate, loopback TCP"},
 	{"perf-all-topics", "1000", "count", "topics of the many-topics load, one Pulsar producer each"},
 	{"perf-all-topics-rate", "5000", "msg/s", "the many-topics load publishes this many messages/s over all its topics"},
 	{"perf-all-rounds", "3", "count", "after the other loads, this many rounds of the loads whose goals have a floor (the warm consume against Magnetar, kfake and the broker only sending back to back; the publish latency loads, each against Magnetar and its durable no-op broker back to back; Magnetar's 1-partition Kafka produce and the batched Pulsar produce against both), the goals judged on the medians (0: no rounds; the goals are then judged on the single runs)"},
@@ -99,7 +99,11 @@ func newPerfAllCommand(a *app) *cobra.Command {
    of each write + fdatasync) and at 1 MiB (bandwidth), and at 1 MiB with
    O_DIRECT, skipping the page cache (where the file system allows it;
    the disk's bandwidth for the produce goal is the better of the two
-   1 MiB figures); durable appends
+   1 MiB figures); the disk taking each byte twice, as a bookie writes
+   it (1 MiB journal writes, each followed by fdatasync, and the same
+   bytes to an entry log beside them, both O_DIRECT: half of what the
+   disk takes that way is the most a bookie keeping both on it can
+   store, a ceiling for the produce goals); durable appends
    at 5,000 and 20,000 records/s (1 KiB records, due at a fixed rate,
    written by one writer in groups, each group followed by fdatasync:
    the latency from each record's due time to its group's fdatasync, the
@@ -356,6 +360,10 @@ type benchResults struct {
 	// disk1MDirect is disk1M with O_DIRECT; nil where the file system
 	// refuses it.
 	disk1MDirect *syncedWrites
+	// diskTwice is the disk taking each byte twice as a bookie writes it
+	// (measureTwiceWrites, 1 MiB groups; MB/s of payload); nil where the
+	// file system refuses O_DIRECT.
+	diskTwice *syncedWrites
 	// disk64KAfter is the 64 KiB measurement again after the Magnetar
 	// loads: a virtual disk can change within a run (ratios use the
 	// figures from before).
@@ -686,6 +694,17 @@ func (b *benchRun) measureLimits(ctx context.Context, dir string, res *benchResu
 		return fmt.Errorf("limits: fsync'd 1 MiB O_DIRECT writes: %w", err)
 	default:
 		b.printSyncedWrites("1 MiB O_DIRECT", res.disk1MDirect)
+	}
+	res.diskTwice, err = measureTwiceWrites(ctx, dir, 1<<20, d)
+	switch {
+	case errors.Is(err, errDirectUnsupported):
+		fmt.Fprintf(b.out, "disk: each byte twice not measured: %v\n", err)
+	case err != nil:
+		return fmt.Errorf("limits: each byte twice: %w", err)
+	default:
+		w := res.diskTwice
+		fmt.Fprintf(b.out, "disk: each byte twice, as a bookie writes it (1 MiB journal writes + fdatasync, the same bytes to an entry log beside them; O_DIRECT) for %.1fs: %.2f MB/s of payload (%.2f MB/s to the disk)\n",
+			w.Elapsed.Seconds(), w.MBps(), 2*w.MBps())
 	}
 	if res.loopback, res.loopbackSendCPU, err = measureLoopback(ctx, d); err != nil {
 		return fmt.Errorf("limits: loopback TCP: %w", err)
@@ -2309,7 +2328,7 @@ func (b *benchRun) pulsarE2E(ctx context.Context, client pulsar.Client, topic st
 
 // --- the table -------------------------------------------------------------------
 
-const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; "from a broker only sending": franz-go consuming, as from Magnetar, from the durable no-op Kafka broker, which keeps one record batch in 8 MiB produced to each partition (the first of the first produce after each 8 MiB, so that large batches are not favoured; 16 MiB of them at most, so that they are sent from memory, not from the CPU's cache) and answers a fetch with those batches in turn at the offsets asked for, each written from where it lies after its base offset, the last cut to the records left: no read, copy or check, the least any broker does; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a Kafka produce goal (kfake's, the disk's) is unattainable when a durable no-op Kafka broker's produce misses it too and Magnetar's is not above it by more than 5 %, the noise between two measurements (a broker slower than Magnetar bounds nothing), writing each byte once or twice ("writing each byte twice": the same broker also appending each byte, once durable, to a second file through the page cache, writeback started every 512 KiB and fsync every 10 s, as the bookie's entry logs are with entry-log-direct-io=false; no other broker work), the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too and Magnetar's is not above it by more than 5 %, and a Kafka consume goal when the consume from a broker only sending (the better of its cold and warm) misses it too and Magnetar's is not above it by more than 5 %; "the disk's writes during the load": what the data directory's block device wrote while Magnetar took the produce (/proc/diskstats, the whole load, warm-up included, every writer to the device counted), each byte going to the bookie's journal and to an entry log; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
+const tableNote = `MB is 10^6 bytes of payload, MiB and KiB 2^20 and 2^10 bytes of the standalone's resident memory (RSS), latencies in ms; "broker:" rows are the standalone's own latency histograms over the load (warm-up included; magnetar_kafka_request_latency_seconds{request="Produce"} or magnetar_pulsar_publish_latency_seconds, a request's or a message's whole time in the broker, per request, not per record; magnetar_ledger_add_entry_latency_seconds, magnetar_bookie_journal_sync_latency_seconds), p99 read off 1.25× buckets; "limit" rows are the machine's own figures (the disk's bandwidth, which produce is compared with, is the better of its two 1 MiB figures, through the page cache and with O_DIRECT; "durable appends": 1 KiB records due at the rate, written by one writer in groups, each group followed by fdatasync, timed from the due time to the group's fdatasync, so the load generator's own lateness is in it as it is in the loads; "to a no-op broker": pulsar-client-go publishing to a broker in the benchmark's process that acknowledges at once and stores nothing; "to a durable no-op broker": the same broker writing each message to a file written beforehand and acknowledging it once fdatasync made it durable, one writer, group commit; for Kafka, franz-go producing to a broker doing the same with each produce request's records; "from a broker only sending": franz-go consuming, as from Magnetar, from the durable no-op Kafka broker, which keeps one record batch in 8 MiB produced to each partition (the first of the first produce after each 8 MiB, so that large batches are not favoured; 16 MiB of them at most, so that they are sent from memory, not from the CPU's cache) and answers a fetch with those batches in turn at the offsets asked for, each written from where it lies after its base offset, the last cut to the records left: no read, copy or check, the least any broker does; the durable no-op brokers run as a child process, as the standalone does); a ratio to kfake or to the limit is magnetar ÷ it; the "bound:" row is what this machine allows whatever the broker does, computed from figures of the same run (every CPU over the CPU per MB of the Kafka client, measured in the benchmark's process while it consumed from Magnetar, plus the loopback sender's, the least any broker spends sending the bytes), and its status says whether the goal is within it; a publish p99 goal not met is "unattainable here" when a floor of the same run is above it (the durable appends' p99 at that rate; the client's p99 with the durable no-op broker; for Pulsar also with the no-op broker), a Kafka produce goal (kfake's, the disk's) is unattainable when a durable no-op Kafka broker's produce misses it too and Magnetar's is not above it by more than 5 %, the noise between two measurements (a broker slower than Magnetar bounds nothing), writing each byte once or twice ("writing each byte twice": the same broker also appending each byte, once durable, to a second file through the page cache, writeback started every 512 KiB and fsync every 10 s, as the bookie's entry logs are with entry-log-direct-io=false; no other broker work), or when the disk taking each byte twice misses it too, on the same terms ("each byte twice as a bookie writes it": 1 MiB writes to one file, each followed by fdatasync, as journal groups, and each group, once synced, written to a second file, as an entry log, by a writer of its own, that file fdatasynced at the end, both with O_DIRECT; its payload MB/s is the most a bookie keeping its journal and entry logs on this disk can store), the batched Pulsar produce's goal when the durable no-op Pulsar broker's batched produce misses it too and Magnetar's is not above it by more than 5 %, and a Kafka consume goal when the consume from a broker only sending (the better of its cold and warm) misses it too and Magnetar's is not above it by more than 5 %; "the disk's writes during the load": what the data directory's block device wrote while Magnetar took the produce (/proc/diskstats, the whole load, warm-up included, every writer to the device counted), each byte going to the bookie's journal and to an entry log; the batched produce's "CPU per MB" rows are the CPU time (user and system) of the benchmark's process, the client's, and of the broker's process over the whole load, warm-up included, per MB acknowledged: what the load's two parties take of the machine's CPUs`
 
 // table is a table of text cells, printed as text or Markdown.
 type table struct {
@@ -2385,6 +2404,9 @@ func benchLimits(res *benchResults) map[string]benchLimit {
 	if d := res.disk1MDirect; d != nil && d.MBps() > l["disk"].value {
 		l["disk"] = benchLimit{"1 MiB O_DIRECT fsync'd writes", d.MBps()}
 	}
+	if w := res.diskTwice; w != nil {
+		l[diskTwiceLimit] = benchLimit{"the disk taking each byte twice, as a bookie writes it", w.MBps()}
+	}
 	if res.disk64K != nil {
 		l["fsync"] = benchLimit{"fsync p99", ms(res.disk64K.Latency.Quantile(0.99))}
 	}
@@ -2448,6 +2470,10 @@ func noopLimit(rate float64) string { return fmt.Sprintf("noop-%g", rate) }
 // broker's figure for load: a produce's MB/s, a publish's p99.
 func noopKafkaLimit(load string) string { return "noop-kafka-" + load }
 
+// diskTwiceLimit is the key in benchLimits of the payload MB/s of the
+// disk taking each byte twice (benchResults.diskTwice).
+const diskTwiceLimit = "disk-twice"
+
 // noopKafkaTwiceLimit is the key in benchLimits of the produce's MB/s of
 // the durable no-op Kafka broker writing each byte twice.
 func noopKafkaTwiceLimit(load string) string { return "noop-kafka-twice-" + load }
@@ -2461,11 +2487,11 @@ func benchRows(cfg perfAllConfig) []benchRow {
 	consumeGoals := []goal{{than: "kfake", min: 1.2, text: "≥ 1.2× kfake"}}
 	rows := []benchRow{
 		{measure: "Kafka produce, 4 partitions, MB/s", load: loadProduce4, figure: figMBps, format: "%.2f", limit: "disk", goals: produceGoals,
-			ceilings: []string{noopKafkaLimit(loadProduce4), noopKafkaTwiceLimit(loadProduce4)}},
+			ceilings: []string{noopKafkaLimit(loadProduce4), noopKafkaTwiceLimit(loadProduce4), diskTwiceLimit}},
 		{measure: "Kafka produce, 4 partitions, records/s", load: loadProduce4, figure: figRate, format: "%.0f"},
 		{measure: "Kafka produce, 4 partitions, the disk's writes during the load, MB/s", derived: diskWritesRate(loadProduce4), format: "%.2f", limit: "disk"},
 		{measure: "Kafka produce, 1 partition, MB/s", load: loadProduce1, figure: figMBps, format: "%.2f", limit: "disk", goals: produceGoals,
-			ceilings: []string{noopKafkaLimit(loadProduce1), noopKafkaTwiceLimit(loadProduce1)}},
+			ceilings: []string{noopKafkaLimit(loadProduce1), noopKafkaTwiceLimit(loadProduce1), diskTwiceLimit}},
 		{measure: "Kafka produce, 1 partition, records/s", load: loadProduce1, figure: figRate, format: "%.0f"},
 		{measure: "Kafka produce, 1 partition, the disk's writes during the load, MB/s", derived: diskWritesRate(loadProduce1), format: "%.2f", limit: "disk"},
 		{measure: "Kafka consume cold, MB/s", load: loadCold, figure: figMBps, format: "%.2f", limit: "loopback", goals: consumeGoals,
@@ -2638,6 +2664,7 @@ func benchTable(res *benchResults, cfg perfAllConfig) *table {
 	limitRow("disk, 64 KiB writes + fdatasync, MB/s", res.disk64K, (*syncedWrites).MBps, "%.2f")
 	limitRow("disk, 1 MiB writes + fdatasync, MB/s", res.disk1M, (*syncedWrites).MBps, "%.2f")
 	limitRow("disk, 1 MiB O_DIRECT writes + fdatasync, MB/s", res.disk1MDirect, (*syncedWrites).MBps, "%.2f")
+	limitRow("disk, each byte twice as a bookie writes it (1 MiB journal writes + fdatasync, the same bytes to an entry log beside them, O_DIRECT), MB/s of payload", res.diskTwice, (*syncedWrites).MBps, "%.2f")
 	limitRow("fsync latency (64 KiB), p50 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.5)) }, "%.3f")
 	limitRow("fsync latency (64 KiB), p99 ms", res.disk64K, func(w *syncedWrites) float64 { return ms(w.Latency.Quantile(0.99)) }, "%.3f")
 	// quantileRows adds a limit's p50 and p99 at each latency load's rate
@@ -2888,9 +2915,9 @@ func (g goal) verdict(res *benchResults, row benchRow, v float64, ok bool, limit
 }
 
 // ceilingNoise is how far above a ceiling a figure may be and still be
-// held by it. A ceiling (a durable no-op broker) does a part of
-// Magnetar's work and nothing else, so Magnetar cannot really be faster;
-// but the two are measured a minute apart, and the same load measured
+// held by it. A ceiling (a durable no-op broker, or the disk taking
+// each byte twice) does a part of Magnetar's work and nothing else, so
+// Magnetar cannot really be faster; but the two are measured a minute apart, and the same load measured
 // twice on this host differs by a few percent (the rounds show it).
 const ceilingNoise = 0.05
 
