@@ -2922,8 +2922,9 @@ func (g goal) verdict(res *benchResults, row benchRow, v float64, ok bool, limit
 // ceilingNoise is how far above a ceiling a figure may be and still be
 // held by it. A ceiling (a durable no-op broker, or the disk taking
 // each byte twice) does a part of Magnetar's work and nothing else, so
-// Magnetar cannot really be faster; but the two are measured a minute apart, and the same load measured
-// twice on this host differs by a few percent (the rounds show it).
+// Magnetar cannot really be faster; but the two are measured minutes
+// apart, and the same load measured twice on this host differs by a few
+// percent (the rounds show it).
 const ceilingNoise = 0.05
 
 // ceilingUnder is the first of row's ceilings that misses a ratio goal
