@@ -604,38 +604,34 @@ func (c *conn) handleCloseProducer(m *pb.CommandCloseProducer) {
 func (c *conn) handleSend(f *frame.Frame) {
 	m := f.Cmd.Send
 	pid, seq := m.GetProducerId(), m.GetSequenceId()
-	sendError := func(code pb.ServerError, msg string) {
-		c.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
-			ProducerId: proto.Uint64(pid), SequenceId: proto.Uint64(seq), Error: code.Enum(), Message: proto.String(msg)}})
-	}
 	c.mu.Lock()
 	p := c.producers[pid]
 	c.mu.Unlock()
 	if p == nil || p.p == nil {
-		sendError(pb.ServerError_ProducerBusy, fmt.Sprintf("producer %d is not ready on this connection", pid))
+		c.sendSendError(pid, seq, pb.ServerError_ProducerBusy, fmt.Sprintf("producer %d is not ready on this connection", pid))
 		return
 	}
 	if f.HeadersAndPayload == nil {
-		sendError(pb.ServerError_UnknownError, "SEND without a message")
+		c.sendSendError(pid, seq, pb.ServerError_UnknownError, "SEND without a message")
 		return
 	}
 	if !f.ChecksumOK() {
 		c.log.Warn("pulsar: SEND with a bad checksum refused", "producer", p.p.Name(), "sequence-id", seq)
-		sendError(pb.ServerError_ChecksumError, "checksum of metadata and payload does not match")
+		c.sendSendError(pid, seq, pb.ServerError_ChecksumError, "checksum of metadata and payload does not match")
 		return
 	}
 	if m.TxnidMostBits != nil || m.TxnidLeastBits != nil {
-		sendError(pb.ServerError_NotAllowedError, "transactions are not supported by this broker")
+		c.sendSendError(pid, seq, pb.ServerError_NotAllowedError, "transactions are not supported by this broker")
 		return
 	}
 	if m.GetIsChunk() {
-		sendError(pb.ServerError_NotAllowedError, "chunked messages are not supported by this broker yet")
+		c.sendSendError(pid, seq, pb.ServerError_NotAllowedError, "chunked messages are not supported by this broker yet")
 		return
 	}
 	inBatch, batched, err := frame.MessagesInBatch(f.HeadersAndPayload)
 	if err != nil {
 		c.log.Warn("pulsar: SEND with malformed metadata refused", "producer", p.p.Name(), "err", err)
-		sendError(pb.ServerError_UnknownError, "malformed message metadata: "+err.Error())
+		c.sendSendError(pid, seq, pb.ServerError_UnknownError, "malformed message metadata: "+err.Error())
 		return
 	}
 	n := m.GetNumMessages()
@@ -662,7 +658,7 @@ func (c *conn) handleSend(f *frame.Frame) {
 	read, latency := c.frameRead, c.srv.cfg.PublishLatency
 	p.p.Publish(req, func(r broker.PublishResult) {
 		if r.Err != nil {
-			sendError(errorCode(r.Err), r.Err.Error())
+			c.sendSendError(pid, seq, errorCode(r.Err), r.Err.Error())
 			return
 		}
 		receipt := frame.Receipt{ProducerID: pid, SequenceID: seq,
@@ -673,6 +669,14 @@ func (c *conn) handleSend(f *frame.Frame) {
 		}
 		c.queue(func(dst []byte) ([]byte, error) { return frame.AppendSendReceipt(dst, receipt), nil })
 	})
+}
+
+// sendSendError answers producer pid's SEND seq with SEND_ERROR. (A method,
+// not a closure: handleSend's callback would carry it to the heap on
+// every SEND.)
+func (c *conn) sendSendError(pid, seq uint64, code pb.ServerError, msg string) {
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+		ProducerId: proto.Uint64(pid), SequenceId: proto.Uint64(seq), Error: code.Enum(), Message: proto.String(msg)}})
 }
 
 // ---- consumers

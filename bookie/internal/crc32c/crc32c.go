@@ -12,6 +12,8 @@
 // XOR of the standard CRC cancel out in that sum.
 package crc32c
 
+import "sync/atomic"
+
 // poly is the Castagnoli polynomial, reflected, without its x^32 term.
 const poly = 0x82f63b78
 
@@ -20,7 +22,30 @@ const poly = 0x82f63b78
 // also takes a prefix off: Combine(crcA, crcAB, lenB) is the CRC-32C of
 // b when crcAB is that of a‖b.
 func Combine(crcA, crcB uint32, lenB int) uint32 {
-	return mulMod(xPow8n(uint64(lenB)), crcA) ^ crcB
+	return mulMod(powerFor(uint64(lenB)), crcA) ^ crcB
+}
+
+// powers remembers x^(8n) for lengths combined lately, in a slot picked by
+// n: a producer's messages or batches are often of a few sizes, and the
+// power takes several multiplications (about 160 ns for a 1 KiB message,
+// Combine running three times on each add) where a hit takes none. A
+// slot holds n<<32 | x^(8n); a power is never 0, so an empty slot never
+// matches. Slots are overwritten freely: a reader sees a whole old or a
+// whole new pair.
+var powers [256]atomic.Uint64
+
+// powerFor returns x^(8n) modulo the polynomial.
+func powerFor(n uint64) uint32 {
+	if n >= 1<<32 {
+		return xPow8n(n)
+	}
+	slot := &powers[(n^n>>8)&(uint64(len(powers))-1)]
+	if v := slot.Load(); v>>32 == n && uint32(v) != 0 {
+		return uint32(v)
+	}
+	p := xPow8n(n)
+	slot.Store(n<<32 | uint64(p))
+	return p
 }
 
 // mulMod returns a·b modulo the polynomial.

@@ -69,3 +69,29 @@ func BenchmarkChecksum(b *testing.B) {
 		})
 	}
 }
+
+// TestPowerFor checks the remembered powers against the computed ones,
+// with lengths that share a slot, repeat, and sit at the slots' edges.
+func TestPowerFor(t *testing.T) {
+	clear(powers[:])
+	lens := []uint64{0, 1, 255, 256, 257, 1 << 16, 1<<32 - 1, 1 << 32, 1<<40 + 3}
+	for i := range uint64(2000) {
+		lens = append(lens, i*97%5000)
+	}
+	for round := range 3 {
+		for _, n := range lens {
+			if got, want := powerFor(n), xPow8n(n); got != want {
+				t.Fatalf("round %d: powerFor(%d) = %08x, want %08x", round, n, got, want)
+			}
+		}
+	}
+	if powers[0].Load() == 0 {
+		t.Fatal("no power was remembered")
+	}
+}
+
+func BenchmarkCombine1KiB(b *testing.B) {
+	for b.Loop() {
+		Combine(0x12345678, 0x9abcdef0, 1100)
+	}
+}
