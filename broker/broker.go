@@ -256,6 +256,7 @@ type Broker struct {
 
 	producerSeq atomic.Int64
 	kafkaIDs    kafkaProducerIDs
+	kafkaNames  kafkaNameCache // KafkaTopicName's
 	consumerSeq atomic.Uint64
 
 	enforce *enforcer  // periodic enforcement of namespace policies (enforce.go)

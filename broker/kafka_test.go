@@ -131,16 +131,45 @@ func TestKafkaTopicNames(t *testing.T) {
 		{in: "bad name", err: true},
 		{in: "", err: true},
 	} {
-		tn, err := st.b.KafkaTopicName(tc.in)
-		if tc.err {
-			if !errors.Is(err, ErrInvalidKafkaTopic) {
-				t.Errorf("%q: err %v, want ErrInvalidKafkaTopic", tc.in, err)
+		// Twice: the second answer comes from the cache of names.
+		for try := range 2 {
+			tn, err := st.b.KafkaTopicName(tc.in)
+			if tc.err {
+				if !errors.Is(err, ErrInvalidKafkaTopic) {
+					t.Errorf("%q, try %d: err %v, want ErrInvalidKafkaTopic", tc.in, try, err)
+				}
+				continue
 			}
-			continue
+			if err != nil || tn.String() != tc.full || st.b.KafkaName(tn) != tc.kafka {
+				t.Errorf("%q, try %d: %v (%v), kafka name %q; want %s, %s", tc.in, try, tn, err, st.b.KafkaName(tn), tc.full, tc.kafka)
+			}
 		}
-		if err != nil || tn.String() != tc.full || st.b.KafkaName(tn) != tc.kafka {
-			t.Errorf("%q: %v (%s), kafka name %q; want %s, %s", tc.in, tn, err, st.b.KafkaName(tn), tc.full, tc.kafka)
+	}
+}
+
+// TestKafkaNameCacheBounded: the cache of resolved names starts over at
+// kafkaNameCacheMax names, keeps no refused name, and answers what
+// resolving answers.
+func TestKafkaNameCacheBounded(t *testing.T) {
+	st := newTestBroker(t)
+	for i := range kafkaNameCacheMax + 10 {
+		name := fmt.Sprintf("t%d", i)
+		tn, err := st.b.KafkaTopicName(name)
+		if err != nil || tn.Local != name {
+			t.Fatalf("%s: %v, %v", name, tn, err)
 		}
+		if n := len(st.b.kafkaNames.names); n > kafkaNameCacheMax {
+			t.Fatalf("after %d names the cache holds %d, more than %d", i+1, n, kafkaNameCacheMax)
+		}
+	}
+	if n := len(st.b.kafkaNames.names); n != 10 {
+		t.Errorf("the cache holds %d names after starting over, want the 10 since", n)
+	}
+	if _, err := st.b.KafkaTopicName("bad name"); err == nil {
+		t.Fatal("a bad name resolved")
+	}
+	if _, ok := st.b.kafkaNames.get("bad name"); ok {
+		t.Error("a refused name was kept")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -42,14 +43,14 @@ func handleProduce(c *conn, sl *slot, kreq kmsg.Request) {
 		sl.finish(resp)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
+	ctx := newLazyDeadline(c.ctx, requestTimeout)
 	if req.TransactionID == nil {
 		c.s.loadPartitions(ctx, produceTargets(req))
 	}
 	// The last append to complete answers (or this handler, if none is
 	// pending by then): no goroutine waits for them.
 	wg := &pending{fn: func() {
-		cancel()
+		ctx.release()
 		if req.Acks == 0 {
 			sl.finish(nil)
 			return
@@ -81,6 +82,51 @@ func handleProduce(c *conn, sl *slot, kreq kmsg.Request) {
 	}
 	wg.Done()
 }
+
+// lazyDeadline is a request's context with a deadline, made when first
+// asked for: a Produce to partitions already loaded, by a producer whose
+// state is open, never waits on it, and a context.WithTimeout for every
+// request (its timer armed and stopped, its place among the connection
+// context's children taken and given back) cost the connection's reader
+// about 2.5 µs of the 24 it spends on a request. The deadline counts from
+// newLazyDeadline, as WithTimeout's would.
+type lazyDeadline struct {
+	parent   context.Context
+	deadline time.Time
+	once     sync.Once
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+func newLazyDeadline(parent context.Context, timeout time.Duration) *lazyDeadline {
+	return &lazyDeadline{parent: parent, deadline: time.Now().Add(timeout)}
+}
+
+func (l *lazyDeadline) get() context.Context {
+	l.once.Do(func() { l.ctx, l.cancel = context.WithDeadline(l.parent, l.deadline) })
+	return l.ctx
+}
+
+func (l *lazyDeadline) Deadline() (time.Time, bool) { return l.get().Deadline() }
+func (l *lazyDeadline) Done() <-chan struct{}       { return l.get().Done() }
+func (l *lazyDeadline) Err() error                  { return l.get().Err() }
+func (l *lazyDeadline) Value(key any) any           { return l.parent.Value(key) }
+
+// release ends the context, as a CancelFunc would; one never made is
+// from then on endedContext, for a late user to see.
+func (l *lazyDeadline) release() {
+	l.once.Do(func() { l.ctx = endedContext })
+	if l.cancel != nil {
+		l.cancel()
+	}
+}
+
+// endedContext is a context canceled from the start.
+var endedContext = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // pending counts operations under way and calls fn when the count drops
 // to zero, on the goroutine that dropped it.
