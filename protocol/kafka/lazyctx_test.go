@@ -33,11 +33,7 @@ func TestLazyDeadline(t *testing.T) {
 	default:
 	}
 	l.release()
-	select {
-	case <-l.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("not done after release")
-	}
+	waitDone(t, l, "after release")
 	if !errors.Is(l.Err(), context.Canceled) {
 		t.Errorf("err %v after release, want context.Canceled", l.Err())
 	}
@@ -52,11 +48,7 @@ func TestLazyDeadline(t *testing.T) {
 	}
 
 	short := newLazyDeadline(parent, 20*time.Millisecond)
-	select {
-	case <-short.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("not done at its deadline")
-	}
+	waitDone(t, short, "at its deadline")
 	if !errors.Is(short.Err(), context.DeadlineExceeded) {
 		t.Errorf("err %v at the deadline, want context.DeadlineExceeded", short.Err())
 	}
@@ -65,10 +57,15 @@ func TestLazyDeadline(t *testing.T) {
 	gone, cancel := context.WithCancel(parent)
 	child := newLazyDeadline(gone, time.Hour)
 	cancel()
-	select {
-	case <-child.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("not done when its parent ended")
-	}
+	waitDone(t, child, "when its parent ended")
 	child.release()
+}
+
+func waitDone(t *testing.T, ctx context.Context, when string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("not done %s", when)
+	}
 }
